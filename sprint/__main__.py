@@ -1,0 +1,3 @@
+from sprint.cli import main
+
+raise SystemExit(main())

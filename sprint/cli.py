@@ -1,0 +1,54 @@
+"""`python -m sprint <stage>`: every stage module registers its own subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from sprint.errors import UserError
+
+# Each module here defines `register(subparsers)` which adds one or more subcommands whose
+# handler is stored as `func` in the parsed namespace and returns an exit code.
+STAGE_MODULES = [
+    "sprint.components",
+    "sprint.dag",
+    "sprint.packing",
+    "sprint.sft_check",
+    "sprint.orchestration",
+    "sprint.evaluate",
+    "sprint.replay",
+    "sprint.serve",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sprint", description=__doc__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in STAGE_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # stage not written yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted; finished records are kept, re-run the same command to resume", file=sys.stderr)
+        return 130
