@@ -1,0 +1,37 @@
+# Thin entry points. Each environment is separate: ms-swift and vLLM pin their own
+# transformers/datasets, the pipeline talks to them through files and HTTP.
+PYTHON ?= python3
+VENV := .venv
+
+.PHONY: install install-vllm install-swift test test-fast demo bench clean
+
+install: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+install-vllm:
+	bash scripts/install_vllm.sh
+
+install-swift:
+	bash scripts/install_swift.sh
+
+# Everything, real vLLM server and real ms-swift training included.
+test: install install-vllm install-swift
+	$(VENV)/bin/python -m pytest -q
+
+# Offline unit tests only (no vLLM, no ms-swift).
+test-fast: install
+	$(VENV)/bin/python -m pytest -q -m "not vllm and not swift"
+
+# The main job: every stage for real on a small bundled sample (see README).
+demo: install install-vllm install-swift
+	bash scripts/demo.sh
+
+bench: install
+	for b in benchmarks/bench_*.py; do $(VENV)/bin/python $$b || exit 1; done
+
+clean:
+	rm -rf outputs .pytest_cache
