@@ -33,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name == name:  # stage not written yet
                 continue
             raise
-        module.register(sub)
+        register = getattr(module, "register", None)
+        if register is not None:  # a module still being written may not register yet
+            register(sub)
     return parser
 
 

@@ -1,0 +1,90 @@
+"""Shared pytest fixtures: the shared data folder, the tiny random model, one real vLLM server.
+
+Expensive fixtures are session-scoped so a test run builds the model and starts vLLM at most once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from sprint.serve import default_python, free_port, local_vllm
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TINY_MODEL_TOKENIZER = "tokenizers/deepseek-r1-distill-qwen-7b"
+TINY_MODEL_NAME = "tiny-qwen2"
+
+
+def shared_data_dir() -> Path:
+    """SPRINT_LOCAL_DATA, else ../shared/data beside the repo (read-only; never copy from it)."""
+    return Path(os.environ.get("SPRINT_LOCAL_DATA") or REPO_ROOT.parent / "shared" / "data")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    path = shared_data_dir()
+    if not path.is_dir():
+        pytest.skip(f"shared data folder {path} is missing; set SPRINT_LOCAL_DATA")
+    return path
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The Python of .venv-vllm (or $VLLM_PYTHON / $VLLM_VENV); skips tests when it is absent."""
+    python = default_python()
+    if not python.exists():
+        pytest.skip(f"vLLM venv missing ({python}); run scripts/install_vllm.sh")
+    return python
+
+
+def _torch_python() -> Path | None:
+    """A Python with torch + transformers, needed only to write the tiny model's weights."""
+    for python in (default_python(), REPO_ROOT / ".venv-swift" / "bin" / "python"):
+        if python.exists():
+            return python
+    return None
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    """A tiny random-weight Qwen2 (gibberish, but real weights + the real R1-distill tokenizer)."""
+    python = _torch_python()
+    if python is None:
+        pytest.skip("no venv with torch to build the tiny model; run scripts/install_vllm.sh")
+    tokenizer = shared_data / TINY_MODEL_TOKENIZER
+    if not tokenizer.is_dir():
+        pytest.skip(f"tokenizer {tokenizer} is missing; set SPRINT_LOCAL_DATA")
+    out = tmp_path_factory.mktemp("models") / TINY_MODEL_NAME
+    result = subprocess.run(
+        [str(python), str(REPO_ROOT / "scripts" / "make_tiny_model.py"), str(out), "--tokenizer", str(tokenizer)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    if result.returncode != 0:
+        pytest.fail(f"make_tiny_model.py failed with code {result.returncode}:\n{result.stderr[-3000:]}")
+    return out
+
+
+class VLLMFixture(NamedTuple):
+    base_url: str
+    served_model_name: str
+    model_dir: Path
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_python: Path, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMFixture]:
+    """One real vLLM CPU server for the whole session, serving the tiny model."""
+    log_path = tmp_path_factory.mktemp("vllm") / "server.log"
+    started = time.monotonic()
+    with local_vllm(
+        tiny_model_dir, TINY_MODEL_NAME, free_port(), python=vllm_python, log_path=log_path, timeout=600
+    ) as base_url:
+        print(f"\nvLLM ready at {base_url} in {time.monotonic() - started:.1f}s (log: {log_path})")
+        yield VLLMFixture(base_url, TINY_MODEL_NAME, tiny_model_dir)
