@@ -1,0 +1,516 @@
+"""A scripted OpenAI-compatible HTTP server for tests.
+
+It speaks real HTTP on 127.0.0.1 so the real `openai` client (timeouts, streaming, errors) is
+exercised end to end, while the answers come from a Python handler the test writes:
+
+    with FakeServer(lambda request, endpoint: "4") as srv:
+        ... LLMConfig(base_url=srv.base_url, model="test-model") ...
+        assert srv.requests[0][1]["prompt"] == "2+2="
+
+It behaves like vLLM where tests care: `max_tokens` (default 16 on /v1/completions) and `stop`
+(at most 4 strings, HTTP 400 otherwise) are applied to the scripted text, `stop_reason` names the
+stop string that matched, and token counts are whitespace-separated words. Faults come either
+from the handler (`Reply(status=500)`, `Reply(reset=True)`, ...) or from a seeded `FaultPlan`
+applied before the handler.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from sprint import faults
+from sprint.faults import FaultPlan
+
+DEFAULT_MODEL = "test-model"
+
+
+@dataclass
+class Reply:
+    """What the server does with one request; a plain string from a handler means Reply(text=...)."""
+
+    text: str = ""
+    status: int = 200  # non-200: a JSON error body with `error` as its message
+    error: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds to wait before answering
+    drop_stream_after: int | None = None  # streaming: close after this many chars, no finish_reason
+    empty: bool = False  # empty text, finish_reason "length", 0 completion tokens
+    reset: bool = False  # close the connection without answering
+    truncate_body: bool = False  # non-streaming: send half the body, then close
+    finish_reason: str | None = None  # override the computed one
+    prompt_tokens: int | None = None  # override the word counts
+    completion_tokens: int | None = None
+    usage: bool = True  # include `usage` (streaming: only if the client asked for it)
+    body: Any = None  # send this JSON (or str) verbatim instead of a completion
+
+
+Handler = Callable[[dict, str], "str | Reply"]
+
+
+def scripted(*replies: str | Reply, then: str | Reply | None = None) -> Handler:
+    """A handler answering with `replies` in order, then `then` (default: the last reply) forever."""
+    queue = list(replies)
+    lock = threading.Lock()
+    fallback = then if then is not None else (replies[-1] if replies else "")
+
+    def handler(request: dict, endpoint: str) -> str | Reply:
+        with lock:
+            return queue.pop(0) if queue else fallback
+
+    return handler
+
+
+def word_pieces(text: str) -> list[str]:
+    """Split text into 'tokens' (a word with its leading whitespace) that join back to the text."""
+    pieces = re.findall(r"\s*\S+", text)
+    tail = text[len("".join(pieces)) :]
+    if tail:
+        if pieces:
+            pieces[-1] += tail
+        else:
+            pieces = [tail]
+    return pieces
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+@dataclass
+class Generated:
+    text: str
+    finish_reason: str
+    stop_reason: str | None
+    completion_tokens: int
+
+
+def generate(text: str, request: dict, endpoint: str) -> Generated:
+    """Apply `stop` then `max_tokens` to a scripted answer the way vLLM applies them to sampling."""
+    stops = request.get("stop") or []
+    if isinstance(stops, str):
+        stops = [stops]
+    finish, stop_reason = "stop", None
+    hits = [(text.find(s), s) for s in stops if s and s in text]
+    if hits:
+        at, stop_reason = min(hits)
+        text = text[:at]
+    limit = request.get("max_tokens", request.get("max_completion_tokens"))
+    if limit is None and endpoint == "completions":
+        limit = 16  # vLLM's default on /v1/completions
+    pieces = word_pieces(text)
+    if limit is not None and count_words(text) > limit:
+        text = "".join(pieces[:limit])
+        finish, stop_reason = "length", None
+    return Generated(text, finish, stop_reason, count_words(text))
+
+
+def prompt_words(request: dict, endpoint: str) -> int:
+    if endpoint == "chat":
+        total = 0
+        for message in request.get("messages") or []:
+            content = message.get("content")
+            if isinstance(content, str):
+                total += count_words(content)
+            elif isinstance(content, list):
+                total += sum(count_words(str(part.get("text", ""))) for part in content)
+        return total
+    prompt = request.get("prompt")
+    return count_words(prompt) if isinstance(prompt, str) else 0
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, owner: FakeServer) -> None:
+        self.owner = owner
+        super().__init__(("127.0.0.1", 0), _RequestHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients that time out and hang up are expected, not failures
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # idle keep-alive connections give up eventually
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes; without this Nagle adds ~40 ms a request.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.owner._track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except OSError:
+            pass
+        self.server.owner._track(self.connection, False)
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}
+        body = {"object": "error", "message": message, "type": kind.get(status, "ServerError"), "param": None, "code": status}
+        self._send_json(status, {"error": body}, headers)
+
+    def _hang_up(self) -> None:
+        """Close the connection without (the rest of) a response."""
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+        except OSError:
+            pass
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _header_dict(self) -> dict[str, str]:
+        return {key.lower(): value for key, value in self.headers.items()}
+
+    def _authorised(self) -> bool:
+        key = self.server.owner.api_key
+        if key is None or self.headers.get("Authorization") == f"Bearer {key}":
+            return True
+        self._send_error(401, "Incorrect API key provided.")
+        return False
+
+    # --- endpoints ------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        owner = self.server.owner
+        if self.path.rstrip("/") != "/v1/models":
+            self._send_error(404, f"no route {self.path}")
+            return
+        owner._record("models", {}, self._header_dict())
+        if not self._authorised():
+            return
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in owner.models]
+        self._send_json(200, {"object": "list", "data": data})
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        route = self.path.rstrip("/")
+        endpoint = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}.get(route)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if endpoint is None:
+            self._send_error(404, f"no route {self.path}")
+            return
+        try:
+            request = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            self._send_error(400, "body is not JSON")
+            return
+        counter = owner._record(endpoint, request, self._header_dict())
+        owner._enter()
+        self._working = True
+        try:
+            if self._authorised():
+                self._answer(request, endpoint, counter)
+        except OSError:
+            self.close_connection = True  # the client went away
+        finally:
+            self._stop_working()
+
+    def _stop_working(self) -> None:
+        """Leave the in-flight count before the answer is written, so a client that sends its
+        next request as soon as it has read this answer is never counted twice."""
+        if getattr(self, "_working", False):
+            self._working = False
+            self.server.owner._leave()
+
+    def _answer(self, request: dict, endpoint: str, counter: int) -> None:
+        owner = self.server.owner
+        fault = owner.faults.decide(counter) if owner.faults else None
+        owner._note_fault(fault)
+        plan = owner.faults
+        if fault == faults.SERVER_ERROR:
+            self._send_error(500, "injected server error")
+            return
+        if fault == faults.RATE_LIMIT:
+            self._send_error(429, "injected rate limit", {"Retry-After": f"{plan.retry_after:g}"})
+            return
+        if fault == faults.RESET:
+            self._hang_up()
+            return
+        if fault == faults.TIMEOUT and owner._sleep(plan.timeout_delay):
+            return
+
+        stops = request.get("stop")
+        if isinstance(stops, list) and len(stops) > 4:
+            self._send_error(400, f"at most 4 stop sequences are supported, got {len(stops)}")
+            return
+        if request.get("model") not in owner.models:
+            self._send_error(404, f"The model `{request.get('model')}` does not exist.")
+            return
+
+        try:
+            reply = owner.handler(request, endpoint)
+        except Exception as exc:  # surfaced to the test through srv.errors
+            owner.errors.append(exc)
+            self._send_error(500, f"handler raised {type(exc).__name__}")
+            return
+        if isinstance(reply, str):
+            reply = Reply(text=reply)
+        if fault == faults.EMPTY:
+            reply = Reply(empty=True)
+        elif fault == faults.GARBAGE:
+            reply = Reply(text=plan.garbage(counter))
+        elif fault == faults.TRUNCATED:
+            if request.get("stream"):
+                reply.drop_stream_after = len(reply.text) // 2
+            else:
+                reply.truncate_body = True
+
+        if reply.delay and owner._sleep(reply.delay):
+            return
+        self._stop_working()
+        if reply.reset:
+            self._hang_up()
+            return
+        if reply.status != 200:
+            self._send_error(reply.status, reply.error or f"scripted HTTP {reply.status}", reply.headers)
+            return
+        if reply.body is not None:
+            data = reply.body.encode() if isinstance(reply.body, str) else json.dumps(reply.body).encode()
+            self._send_json(200, data, reply.headers)
+            return
+
+        if reply.empty:
+            gen = Generated("", "length", None, 0)
+        else:
+            gen = generate(reply.text, request, endpoint)
+        if reply.finish_reason is not None:
+            gen.finish_reason = reply.finish_reason
+        if reply.completion_tokens is not None:
+            gen.completion_tokens = reply.completion_tokens
+        prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else prompt_words(request, endpoint)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": gen.completion_tokens,
+            "total_tokens": prompt_tokens + gen.completion_tokens,
+        }
+        ident = f"{'chatcmpl' if endpoint == 'chat' else 'cmpl'}-{counter}"
+        if request.get("stream"):
+            include_usage = bool((request.get("stream_options") or {}).get("include_usage")) and reply.usage
+            self._stream(request, endpoint, ident, gen, usage if include_usage else None, reply)
+            return
+
+        if endpoint == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": gen.text}}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": gen.text, "logprobs": None}
+            obj = "text_completion"
+        choice.update(finish_reason=gen.finish_reason, stop_reason=gen.stop_reason)
+        body: dict[str, Any] = {
+            "id": ident,
+            "object": obj,
+            "created": int(time.time()),
+            "model": request.get("model"),
+            "choices": [choice],
+        }
+        if reply.usage:
+            body["usage"] = usage
+        data = json.dumps(body).encode()
+        if not reply.truncate_body:
+            self._send_json(200, data, reply.headers)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data[: len(data) // 2])
+        self._hang_up()
+
+    def _stream(
+        self, request: dict, endpoint: str, ident: str, gen: Generated, usage: dict | None, reply: Reply
+    ) -> None:
+        owner = self.server.owner
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        for key, value in reply.headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        created = int(time.time())
+        obj = "chat.completion.chunk" if endpoint == "chat" else "text_completion"
+
+        def event(payload: Any) -> None:
+            data = b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def chunk(piece: str | None, finish: str | None, stop_reason: str | None, first: bool = False) -> dict:
+            if endpoint == "chat":
+                delta: dict[str, Any] = {"role": "assistant"} if first else {}
+                if piece is not None:
+                    delta["content"] = piece
+                choice: dict[str, Any] = {"index": 0, "delta": delta}
+            else:
+                choice = {"index": 0, "text": piece or "", "logprobs": None}
+            choice.update(finish_reason=finish, stop_reason=stop_reason)
+            return {"id": ident, "object": obj, "created": created, "model": request.get("model"), "choices": [choice]}
+
+        if endpoint == "chat":
+            event(chunk("", None, None, first=True))
+        sent = 0
+        for piece in word_pieces(gen.text):
+            if reply.drop_stream_after is not None and sent >= reply.drop_stream_after:
+                break
+            event(chunk(piece, None, None))
+            sent += len(piece)
+            if owner.chunk_delay and owner._sleep(owner.chunk_delay):
+                return
+        if reply.drop_stream_after is not None:
+            self._hang_up()
+            return
+        event(chunk(None if endpoint == "chat" else "", gen.finish_reason, gen.stop_reason))
+        if usage is not None:
+            event({"id": ident, "object": obj, "created": created, "model": request.get("model"), "choices": [], "usage": usage})
+        event(b"[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+class FakeServer:
+    """Context manager running the scripted server on a free port in a background thread."""
+
+    def __init__(
+        self,
+        handler: Handler | None = None,
+        *,
+        models: Iterable[str] = (DEFAULT_MODEL,),
+        faults: FaultPlan | None = None,
+        api_key: str | None = None,
+        chunk_delay: float = 0.0,
+    ) -> None:
+        self.handler: Handler = handler or (lambda request, endpoint: "hello from the fake server")
+        self.models = list(models)
+        self.faults = faults
+        self.api_key = api_key  # when set, requests must carry `Authorization: Bearer <key>`
+        self.chunk_delay = chunk_delay  # seconds between streamed chunks
+        self.requests: list[tuple[str, dict]] = []  # (endpoint, body) in arrival order
+        self.headers: list[dict[str, str]] = []  # the matching request headers, names lower-cased
+        self.arrivals: list[float] = []  # time.time() at each arrival
+        self.faults_seen: list[str | None] = []  # FaultPlan decision per completion request
+        self.errors: list[Exception] = []  # exceptions raised by the handler
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._counter = itertools.count()
+        self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "server not started"
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def completion_requests(self) -> list[tuple[str, dict]]:
+        return [r for r in self.requests if r[0] != "models"]
+
+    def start(self) -> FakeServer:
+        self._stopping.clear()
+        self._server = _Server(self)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting, wake sleeping handlers and close open connections."""
+        if self._server is None:
+            return
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+        with self._lock:
+            open_connections = list(self._connections)
+        for conn in open_connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- used by the request handler ------------------------------------------------------
+
+    def _record(self, endpoint: str, body: dict, headers: dict[str, str]) -> int:
+        """Store a request; returns its index among completion requests (the fault counter)."""
+        with self._lock:
+            self.requests.append((endpoint, body))
+            self.headers.append(headers)
+            self.arrivals.append(time.time())
+            return next(self._counter) if endpoint != "models" else -1
+
+    def _note_fault(self, fault: str | None) -> None:
+        with self._lock:
+            self.faults_seen.append(fault)
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait; True when the server is stopping (the handler should give up)."""
+        return self._stopping.wait(seconds)
+
+    def _track(self, conn: socket.socket, opened: bool) -> None:
+        with self._lock:
+            if opened:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+
+def dead_url() -> str:
+    """A base URL where nothing listens (a port that was free a moment ago)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
