@@ -1,0 +1,520 @@
+"""Stage 1: line splitting, the answer parser and validator, and the stage over real HTTP.
+
+The stage tests run the real `openai` client against the scripted fake server; each item's
+question names the answer the server gives, so one run mixes good and broken answers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import datasets
+import pytest
+from fake_server import FakeServer, Reply, dead_url
+
+from sprint.cli import main as cli_main
+from sprint.components import (
+    AnswerError,
+    Component,
+    component_record,
+    line_spans,
+    number_lines,
+    parse_components,
+    parse_line_range,
+    separate_components,
+    split_lines,
+    uncovered_lines,
+    validate_components,
+)
+from sprint.errors import UserError
+
+TRACES = Path(__file__).resolve().parent / "data" / "traces.jsonl"
+MODEL = "test-model"
+
+
+def load_traces() -> list[dict]:
+    return [json.loads(line) for line in TRACES.read_text().splitlines() if line.strip()]
+
+
+def question_in(request: dict) -> str:
+    """The question a stage prompt carries (both stages wrap it in <Question> tags)."""
+    content = request["messages"][-1]["content"]
+    m = re.search(r"<Question>\n(.*?)\n</Question>", content, re.S)
+    assert m, "prompt without a <Question> block"
+    return m.group(1)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return path
+
+
+def by_question(rows: list[dict], reply_for: Callable[[dict], Any]) -> Callable[[dict, str], Any]:
+    """A fake-server handler answering each request with `reply_for(row)` of the row it asks about."""
+    index = {r["question"].strip(): r for r in rows}
+
+    def handler(request: dict, endpoint: str) -> Any:
+        return reply_for(index[question_in(request)])
+
+    return handler
+
+
+def run_stage1(inp: Path, out: Path, url: str, **kw: Any):
+    settings = dict(model=MODEL, server_url=url, num_workers=4, timeout=1.0, max_retries=1, progress=False)
+    settings.update(kw)
+    return separate_components(str(inp), out, **settings)
+
+
+def records_of(out: Path) -> dict[str, dict]:
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids)), "duplicate records"
+    return {r["id"]: r for r in rows}
+
+
+# --- line splitting -----------------------------------------------------------------------
+
+
+def test_split_keeps_decimals_abbreviations_and_drops_empty_lines() -> None:
+    text = "Okay, so pi is about 3.14. Let me think, e.g. about circles.\n\n\n  Hmm... wait. Wait!  So 5! = 120 here?  Yes."
+    assert split_lines(text) == [
+        "Okay, so pi is about 3.14.",
+        "Let me think, e.g. about circles.",
+        "Hmm... wait.",
+        "Wait!",
+        "So 5! = 120 here?",
+        "Yes.",
+    ]
+
+
+def test_split_list_markers_display_math_and_fig() -> None:
+    text = "1. First expand (see Fig. 2). Then simplify.\n\\[\nx^2 = 4\n\\]\nSo $x = 2.$ Done."
+    assert split_lines(text) == ["1. First expand (see Fig. 2).", "Then simplify.", "\\[ x^2 = 4 \\]", "So $x = 2.$", "Done."]
+
+
+def test_spans_point_into_the_original_text() -> None:
+    for row in load_traces():
+        thought = row["thought"]
+        lines = split_lines(thought)
+        spans = line_spans(thought)
+        assert len(lines) == len(spans) > 3
+        for line, (s, e) in zip(lines, spans):
+            assert " ".join(thought[s:e].split()) == line
+        assert all(e1 <= s2 for (_, e1), (s2, _) in zip(spans, spans[1:]))  # in order, disjoint
+        assert split_lines(thought) == lines  # deterministic
+
+
+def test_number_lines() -> None:
+    assert number_lines(["A.", "B c."]) == "<Line 1> A. </Line 1>\n<Line 2> B c. </Line 2>"
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("3-7", (3, 7)),
+        ("Lines 3-7", (3, 7)),
+        ("lines 3 - 7", (3, 7)),
+        ("3:7", (3, 7)),
+        ("3–7", (3, 7)),
+        ("3 to 7", (3, 7)),
+        ("<Line 3> - <Line 7>", (3, 7)),
+        ("5", (5, 5)),
+        ("Line 5", (5, 5)),
+        (5, (5, 5)),
+        ([3, 7], (3, 7)),
+        ("not found", None),
+        ("Lines not found", None),
+        ("Not Found.", None),
+        ("", None),
+        (None, None),
+        ("none", None),
+        ("7-3", (7, 3)),  # read as written; the validator reports it
+        ("L5", (5, 5)),
+        ("lines: 3-7", (3, 7)),
+        ("Line 3 to Line 7", (3, 7)),
+        ("Lines 3-7 (verification)", (3, 7)),
+        ("None (no execution)", None),
+    ],
+)
+def test_parse_line_range(value: Any, expected: Any) -> None:
+    assert parse_line_range(value) == expected
+
+
+@pytest.mark.parametrize("value", ["banana", "3-5, 7-9", "lines 3 and 5", {"start": 3}, True, [1, 2, 3]])
+def test_parse_line_range_rejects(value: Any) -> None:
+    with pytest.raises(AnswerError):
+        parse_line_range(value)
+
+
+GOOD = [
+    {"description": "Set up", "plan": "1-2", "prompt": "Solve 6w = 30.", "execution": "3-4", "comment": "5"},
+    {"description": "Answer", "plan": "Lines 6-7", "prompt": "not found", "execution": "Lines not found", "comment": None},
+]
+
+
+def test_parse_components_tolerates_fences_prose_and_wrappers() -> None:
+    plain = json.dumps(GOOD)
+    variants = [
+        plain,
+        f"```json\n{plain}\n```",
+        f"Sure, here are the components:\n{plain}\nI hope this helps. [1]",
+        f"Lines [1] and [] below are grouped as follows {{see}}:\n{plain}",
+        json.dumps({"components": GOOD}),
+        plain.replace("}]", "},]"),  # a trailing comma
+        json.dumps([{k.capitalize(): v for k, v in c.items()} for c in GOOD]),
+    ]
+    for text in variants:
+        components = parse_components(text)
+        assert components == [
+            Component(1, "Set up", (1, 2), "Solve 6w = 30.", (3, 4), (5, 5)),
+            Component(2, "Answer", (6, 7), "", None, None),
+        ], text
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "empty"),
+        ("   \n", "empty"),
+        ("I could not find any components.", "no JSON list"),
+        ("[]", "no components"),
+        ("Nothing here: []", "no components"),
+        ('[{"description": "x", "plan": "banana"}]', "component 1: plan"),
+        ('[{"description": "x", "plan": "1-2"}, "oops"]', "component 2 is a JSON str"),
+    ],
+)
+def test_parse_components_errors(text: str, message: str) -> None:
+    with pytest.raises(AnswerError, match=message):
+        parse_components(text)
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def comp(n: int, plan: Any, execution: Any = None, comment: Any = None, description: str = "d", prompt: str = "p") -> Component:
+    return Component(n, description, plan, prompt, execution, comment)
+
+
+def test_validate_accepts_good_components_and_reports_uncovered_lines() -> None:
+    cs = [comp(1, (1, 2), (3, 5), (6, 6)), comp(2, (8, 9))]
+    assert validate_components(cs, 9) == []
+    assert uncovered_lines(cs, 9) == [7]
+    assert uncovered_lines(cs[:1], 6) == []
+
+
+@pytest.mark.parametrize(
+    "components, n, message",
+    [
+        ([comp(1, (1, 3), (3, 5))], 5, "component 1 plan 1-3 overlaps component 1 execution 3-5"),
+        ([comp(1, (1, 4)), comp(2, (2, 2))], 5, "overlaps"),
+        ([comp(1, (1, 9)), comp(2, (2, 2)), comp(3, (5, 6))], 9, "component 1 plan 1-9 overlaps component 3 plan 5-6"),
+        ([comp(1, (1, 2), (3, 9))], 5, "execution range 3-9 is outside lines 1-5"),
+        ([comp(1, (0, 2))], 5, "outside lines 1-5"),
+        ([comp(1, (4, 2))], 5, "runs backwards"),
+        ([comp(1, None, (1, 2))], 5, "component 1 has no plan"),
+        ([comp(1, (1, 2), description="")], 5, "component 1 has no description"),
+        ([comp(1, (1, 2), (3, 4), prompt="")], 5, "execution but no prompt"),
+    ],
+)
+def test_validate_rejects(components: list[Component], n: int, message: str) -> None:
+    errors = validate_components(components, n)
+    assert any(message in e for e in errors), errors
+
+
+def test_component_record_resolves_original_text() -> None:
+    thought = "First line.\n\nSecond line. Third one.\nFourth."
+    spans = line_spans(thought)
+    rec = component_record(comp(1, (1, 1), (2, 4)), thought, spans)
+    assert rec["plan"] == [1, 1] and rec["execution"] == [2, 4] and rec["comment"] is None
+    assert rec["plan_text"] == "First line."
+    assert rec["execution_text"] == "Second line. Third one.\nFourth."  # line breaks kept
+    assert rec["comment_text"] is None
+
+
+# --- the stage over HTTP ------------------------------------------------------------------
+
+
+def good_answer(row: dict) -> str:
+    return row["scripted_components"]
+
+
+def base_components(row: dict) -> list[dict]:
+    return json.loads(re.search(r"\[.*\]", good_answer(row), re.S).group(0))
+
+
+def edited(row: dict, edit: Callable[[list[dict]], None]) -> str:
+    comps = base_components(row)
+    edit(comps)
+    return json.dumps(comps)
+
+
+def _set(index: int, **values: Any) -> Callable[[list[dict]], None]:
+    return lambda cs: cs[index].update(values)
+
+
+def case_rows() -> tuple[list[dict], dict[str, Callable[[dict], Any]]]:
+    """The four fixture traces plus copies of the first one, each scripted to fail one way."""
+    traces = load_traces()
+    base = traces[0]  # remainder-2-3-pow: 14 lines, 5 components
+    calls: dict[str, int] = {}
+
+    def once_500_then_good(row: dict) -> Any:
+        calls[row["id"]] = calls.get(row["id"], 0) + 1
+        if calls[row["id"]] == 1:
+            return Reply(status=500, error="boom", headers={"Retry-After": "0"})
+        return good_answer(row)
+
+    cases: dict[str, Callable[[dict], Any]] = {
+        "missing-fields": lambda r: edited(r, lambda cs: (cs[1].pop("description"), cs[4].pop("plan"))),
+        "overlap": lambda r: edited(r, _set(2, execution="8-10")),
+        "past-end": lambda r: edited(r, _set(4, plan="13-20")),
+        "lines-not-found": lambda r: json.dumps([
+            {"description": "Everything", "plan": "Lines 1-14", "prompt": "n/a", "execution": "Lines not found", "comment": None}
+        ]),
+        "prose": lambda r: f"Sure! Here is my analysis.\n{edited(r, lambda cs: None)}\nLet me know if you need more.",
+        "no-json": lambda r: "I am sorry, but I cannot split this reasoning.",
+        "blank": lambda r: "   ",
+        "empty": lambda r: Reply(empty=True),
+        "500-then-ok": once_500_then_good,
+        "timeout": lambda r: Reply(text=good_answer(r), delay=5),
+        "truncated": lambda r: Reply(text=good_answer(r), finish_reason="length"),
+        "gap": lambda r: edited(r, _set(3, comment="not found")),
+        "no-thought": lambda r: pytest.fail("no request expected for an item without a thought"),
+    }
+    rows = [dict(t) for t in traces]
+    replies: dict[str, Callable[[dict], Any]] = {t["id"]: good_answer for t in traces}
+    for name in cases:
+        row = {**base, "id": f"case-{name}", "question": f"{base['question']} [{name}]"}
+        if name == "no-thought":
+            row["thought"] = ""
+        rows.append(row)
+        replies[row["id"]] = cases[name]
+    return rows, replies
+
+
+def scripted_server(rows: list[dict], replies: dict[str, Callable[[dict], Any]]) -> FakeServer:
+    return FakeServer(by_question(rows, lambda row: replies[row["id"]](row)))
+
+
+EXPECTED = {
+    "remainder-2-3-pow": ("ok", None),
+    "rectangle-area": ("ok", None),
+    "sum-of-divisors-36": ("ok", None),
+    "circle-circumference": ("ok", None),
+    "case-missing-fields": ("invalid", "component 2 has no description; component 5 has no plan"),
+    "case-overlap": ("invalid", "component 3 execution 8-10 overlaps component 4 plan 10-10"),
+    "case-past-end": ("invalid", "component 5 plan range 13-20 is outside lines 1-14"),
+    "case-lines-not-found": ("ok", None),
+    "case-prose": ("ok", None),
+    "case-no-json": ("unparseable", "no JSON list of components found"),
+    "case-blank": ("unparseable", "the answer is empty"),
+    "case-empty": ("llm_empty", "empty completion"),
+    "case-500-then-ok": ("ok", None),
+    "case-timeout": ("llm_timeout", "timed out"),
+    "case-truncated": ("truncated", "max_tokens"),
+    "case-gap": ("ok", None),
+    "case-no-thought": ("no_thought", "no reasoning trace"),
+}
+
+
+def test_stage_records_every_item_with_a_clear_status(tmp_path: Path) -> None:
+    rows, replies = case_rows()
+    inp = write_jsonl(tmp_path / "traces.jsonl", rows)
+    out = tmp_path / "components"
+    with scripted_server(rows, replies) as srv:
+        outcome = run_stage1(inp, out, srv.base_url)
+        assert not srv.errors
+    records = records_of(out)
+    assert set(records) == set(EXPECTED)
+    for item_id, (status, message) in EXPECTED.items():
+        rec = records[item_id]
+        assert rec["status"] == status, (item_id, rec["status"], rec["error"])
+        if message is None:
+            assert rec["error"] is None
+        else:
+            assert message in rec["error"], (item_id, rec["error"])
+        assert rec["retryable"] == (status in ("llm_empty", "llm_timeout")), item_id
+        assert (rec["components"] != []) == (status == "ok"), item_id
+
+    # good answers resolve to the original text, line breaks included
+    rem = records["remainder-2-3-pow"]
+    assert rem["num_lines"] == 14 and rem["uncovered_lines"] == []
+    assert [c["number"] for c in rem["components"]] == [1, 2, 3, 4, 5]
+    c4 = rem["components"][3]
+    assert (c4["plan"], c4["execution"], c4["comment"]) == ([10, 10], [11, 11], [12, 12])
+    assert c4["plan_text"] == "Wait, let me double-check with Fermat's little theorem."
+    assert c4["comment_text"] == "Yes, that matches."
+    div = records["sum-of-divisors-36"]["components"][1]
+    assert div["execution_text"] == "sigma(2^2) = 1 + 2 + 4 = 7. sigma(3^2) = 1 + 3 + 9 = 13.\nSo sigma(36) = 7 * 13 = 91."
+    assert records["rectangle-area"]["components"][2]["execution"] is None
+    assert records["case-gap"]["uncovered_lines"] == [12]
+    assert records["case-lines-not-found"]["components"][0]["prompt"] is None
+    assert records["case-prose"]["components"] == rem["components"]
+    assert rem["question"] and rem["solution"].endswith("$\\boxed{2}$.") and rem["answer"] == "2"
+    assert rem["components_usage"]["completion_tokens"] > 0
+    assert "8-10" in records["case-overlap"]["components_answer"]  # the raw answer is kept for debugging
+
+    assert outcome.counts["ok"] == 8 and outcome.processed == len(EXPECTED) and outcome.skipped == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stage"] == "components" and manifest["counts"] == outcome.counts
+    assert manifest["usage"]["completion_tokens"] == sum(r["components_usage"]["completion_tokens"] for r in records.values()) > 0
+    assert manifest["usage"]["this_run"]["retries"] >= 3  # the 500, the empty answer, the timeout
+    assert "component_separation" in manifest["prompt_hashes"]
+    assert "1 of 8 ok records leave 1 line(s) uncovered" in outcome.summary()
+    assert "ok: 8" in outcome.summary() and str(out / "records.jsonl") in outcome.summary()
+
+    ds = datasets.load_dataset("json", data_files=str(out / "records.jsonl"), split="train")
+    assert len(ds) == len(EXPECTED)
+    assert sorted(ds["status"]) == sorted(s for s, _ in EXPECTED.values())
+
+
+def test_rerun_retries_only_transient_failures(tmp_path: Path) -> None:
+    rows, replies = case_rows()
+    inp = write_jsonl(tmp_path / "traces.jsonl", rows)
+    out = tmp_path / "components"
+    with scripted_server(rows, replies) as srv:
+        run_stage1(inp, out, srv.base_url)
+    first = records_of(out)
+    replies["case-empty"] = good_answer  # the server recovered
+    replies["case-timeout"] = good_answer
+    with scripted_server(rows, replies) as srv:
+        outcome = run_stage1(inp, out, srv.base_url)
+        asked = sorted(question_in(body) for endpoint, body in srv.completion_requests)
+    assert asked == sorted(r["question"] for r in rows if r["id"] in ("case-empty", "case-timeout"))
+    second = records_of(out)
+    assert outcome.processed == 2 and outcome.skipped == len(rows) - 2
+    assert second["case-empty"]["status"] == second["case-timeout"]["status"] == "ok"
+    assert {k: v for k, v in second.items() if k not in ("case-empty", "case-timeout")} == {
+        k: v for k, v in first.items() if k not in ("case-empty", "case-timeout")
+    }
+
+
+def test_cache_makes_a_fresh_run_free(tmp_path: Path) -> None:
+    traces = load_traces()
+    inp = write_jsonl(tmp_path / "traces.jsonl", traces)
+    cache = tmp_path / "cache"
+    with FakeServer(by_question(traces, good_answer)) as srv:
+        run_stage1(inp, tmp_path / "a", srv.base_url, cache_dir=cache)
+        n = len(srv.completion_requests)
+        outcome = run_stage1(inp, tmp_path / "b", srv.base_url, cache_dir=cache)
+        assert n == len(traces) and len(srv.completion_requests) == n
+    assert outcome.usage["this_run"]["cache_hits"] == len(traces)
+    assert outcome.usage["this_run"]["prompt_tokens"] == 0  # nothing generated, nothing paid
+    assert outcome.usage["prompt_tokens"] > 0  # the folder's records still say what they cost
+    assert records_of(tmp_path / "a") == records_of(tmp_path / "b")
+
+
+def test_prompt_shows_numbered_lines_and_sends_temperature_zero(tmp_path: Path) -> None:
+    traces = load_traces()[:1]
+    inp = write_jsonl(tmp_path / "traces.jsonl", traces)
+    with FakeServer(by_question(traces, good_answer)) as srv:
+        run_stage1(inp, tmp_path / "out", srv.base_url, max_tokens=5000)
+        (_, body), = srv.completion_requests
+    content = body["messages"][0]["content"]
+    assert body["temperature"] == 0.0 and body["max_tokens"] == 5000 and body["model"] == MODEL
+    assert "<Line 1> Okay, so I need to find the remainder when 2^100 + 3^100 is divided by 5. </Line 1>" in content
+    assert "<Line 14> The remainder is 2. </Line 14>" in content and "<Line 15>" not in content
+    assert "The reasoning has 14 lines." in content
+    assert "{question}" not in content and "{lines}" not in content
+
+
+def test_api_key_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    traces = load_traces()[:1]
+    inp = write_jsonl(tmp_path / "traces.jsonl", traces)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-123")
+    with FakeServer(by_question(traces, good_answer), api_key="sk-test-123") as srv:
+        outcome = run_stage1(inp, tmp_path / "out", srv.base_url)
+    assert outcome.counts == {"ok": 1}
+    monkeypatch.setenv("OPENAI_API_KEY", "wrong")
+    with FakeServer(by_question(traces, good_answer), api_key="sk-test-123") as srv:
+        with pytest.raises(UserError, match="OPENAI_API_KEY"):
+            run_stage1(inp, tmp_path / "out2", srv.base_url)
+
+
+def test_unreachable_server_is_a_user_error(tmp_path: Path) -> None:
+    inp = write_jsonl(tmp_path / "traces.jsonl", load_traces())
+    with pytest.raises(UserError, match="no server answers"):
+        run_stage1(inp, tmp_path / "out", dead_url())
+
+
+def test_input_without_thoughts_is_a_user_error(tmp_path: Path) -> None:
+    inp = write_jsonl(tmp_path / "q.jsonl", [{"question": "What is 1+1?", "id": "a"}])
+    with pytest.raises(UserError, match="no thought column"):
+        run_stage1(inp, tmp_path / "out", dead_url())
+
+
+def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = load_traces()
+    inp = write_jsonl(tmp_path / "traces.jsonl", traces)
+    out = tmp_path / "out"
+    with FakeServer(by_question(traces, good_answer)) as srv:
+        code = cli_main([
+            "components", "--input", str(inp), "--out-dir", str(out), "--model", MODEL,
+            "--server-url", srv.base_url, "--num-workers", "2", "--range", "1:3", "--no-progress",
+        ])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "components: 2 items" in printed and "ok: 2" in printed and str(out) in printed
+    assert set(records_of(out)) == {"rectangle-area", "sum-of-divisors-36"}
+    code = cli_main(["components", "--input", str(tmp_path / "missing.jsonl"), "--out-dir", str(out)])
+    assert code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_a_crash_in_one_item_is_recorded_and_the_rest_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sprint.components as components
+
+    traces = load_traces()
+    inp = write_jsonl(tmp_path / "traces.jsonl", traces)
+    real = components.parse_components
+
+    def flaky(text: str):
+        if "Factor 36" in text:
+            raise RuntimeError("parser bug")
+        return real(text)
+
+    monkeypatch.setattr(components, "parse_components", flaky)
+    with FakeServer(by_question(traces, good_answer)) as srv:
+        outcome = run_stage1(inp, tmp_path / "out", srv.base_url)
+    records = records_of(tmp_path / "out")
+    crashed = records["sum-of-divisors-36"]
+    assert crashed["status"] == "crashed" and crashed["error"] == "RuntimeError: parser bug" and crashed["retryable"]
+    assert set(crashed) == set(records["rectangle-area"])  # same schema as ok records
+    assert outcome.counts == {"ok": 3, "crashed": 1}
+    monkeypatch.setattr(components, "parse_components", real)  # the bug is fixed: a re-run redoes the item
+    with FakeServer(by_question(traces, good_answer)) as srv:
+        outcome = run_stage1(inp, tmp_path / "out", srv.base_url)
+        assert len(srv.completion_requests) == 0  # answered from the cache
+    assert outcome.counts == {"ok": 4} and outcome.processed == 1
+
+
+def test_auth_failure_mid_run_stops_the_run_and_keeps_finished_records(tmp_path: Path) -> None:
+    traces = load_traces()
+    inp = write_jsonl(tmp_path / "traces.jsonl", traces)
+
+    def reply(row: dict) -> Any:
+        if row["id"] == "circle-circumference":
+            return Reply(status=401, error="key revoked")
+        return good_answer(row)
+
+    with FakeServer(by_question(traces, reply)) as srv:
+        with pytest.raises(UserError, match="key revoked.*API key"):
+            run_stage1(inp, tmp_path / "out", srv.base_url, num_workers=1)
+    records = records_of(tmp_path / "out")
+    assert "circle-circumference" not in records and all(r["status"] == "ok" for r in records.values())
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"] == {"ok": len(records)}
+
+
+def test_cost_estimate_for_a_priced_model(tmp_path: Path) -> None:
+    traces = load_traces()
+    inp = write_jsonl(tmp_path / "traces.jsonl", traces)
+    with FakeServer(by_question(traces, good_answer), models=["gpt-4o"]) as srv:
+        outcome = run_stage1(inp, tmp_path / "out", srv.base_url, model="gpt-4o")
+    u = outcome.usage
+    assert u["estimated_cost_usd"] == round((u["prompt_tokens"] * 2.5 + u["completion_tokens"] * 10) / 1e6, 4)
+    assert "at gpt-4o prices" in outcome.summary()
