@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpx2", "openai", "httpcore"):  # one line per request would drown the progress bar
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Stage 3: pack components + DAGs into SPRINT trajectories and write the SFT dataset:
+# OUT_DIR/train.jsonl + test.jsonl (messages layout, what run_finetune.sh reads), records.jsonl
+# (one line per trace: kept or why dropped), summary.json and manifest.json.
+# Every variable can be overridden from the environment, e.g.
+#   DATA=outputs/dag_creation PARALLELIZATION_THRESHOLD=1.5 ./run_finetuning_data_preparation.sh
+# Extra arguments are passed on to `python -m sprint pack` (see its --help).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
+fi
+
+DATA="${DATA:-outputs/dag_creation}"                            # stage 2's output folder (its ok records are used)
+OUT_DIR="${OUT_DIR:-outputs/finetuning_data}"
+PARALLELIZATION_THRESHOLD="${PARALLELIZATION_THRESHOLD:-1.5}"   # drop traces with fewer executions per phase
+MAX_PHASES="${MAX_PHASES:-12}"                                  # drop traces with more than MAX_PHASES-1 phases
+TEST_FRAC="${TEST_FRAC:-0.1}"                                   # 90/10 train/test split
+SEED="${SEED:-42}"                                              # split seed
+RANGE="${RANGE:-}"                                              # START:END of the input records, empty = all
+PUSH_TO_HUB="${PUSH_TO_HUB:-false}"                             # true: also push train/test to OUTPUT_HUB_PATH
+OUTPUT_HUB_PATH="${OUTPUT_HUB_PATH:-}"                          # hub dataset repo id, e.g. me/sprint-sft
+
+args=(--input "$DATA" --out-dir "$OUT_DIR" --parallelization-threshold "$PARALLELIZATION_THRESHOLD"
+      --max-phases "$MAX_PHASES" --test-frac "$TEST_FRAC" --seed "$SEED")
+[[ -n "$RANGE" ]] && args+=(--range "$RANGE")
+if [[ "$PUSH_TO_HUB" == "true" || "$PUSH_TO_HUB" == "1" ]]; then
+  if [[ -z "$OUTPUT_HUB_PATH" ]]; then
+    echo "error: PUSH_TO_HUB=$PUSH_TO_HUB needs OUTPUT_HUB_PATH (a hub dataset repo id)" >&2
+    exit 2
+  fi
+  args+=(--push-to-hub "$OUTPUT_HUB_PATH")
+fi
+
+exec "$PYTHON" -m sprint pack "${args[@]}" "$@"
