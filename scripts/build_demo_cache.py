@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import math
 import re
 import sys
 import tempfile
@@ -37,7 +36,6 @@ from sprint.stage import DEFAULT_MODEL, load_prompt
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "examples" / "demo"
 KIND = "chat"  # both stages call client.chat
-CHARS_PER_TOKEN = 4  # the answers were not produced by an API: token counts are estimates
 _ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.json")
 
 
@@ -136,10 +134,6 @@ def demo_entries(traces: Path, answers_path: Path) -> list[Entry]:
     return entries
 
 
-def estimated_tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
-
-
 def write_cache(entries: list[Entry], cache_dir: Path, model: str) -> set[Path]:
     """Write the entries with the LLM client's own cache writer; returns the files it wrote."""
     client = LLMClient(LLMConfig(base_url="http://unused.invalid/v1", model=model, cache_dir=cache_dir))
@@ -150,8 +144,8 @@ def write_cache(entries: list[Entry], cache_dir: Path, model: str) -> set[Path]:
             text=e.answer,
             finish_reason="stop",
             stop_reason=None,
-            prompt_tokens=estimated_tokens(e.messages[0]["content"]),
-            completion_tokens=estimated_tokens(e.answer),
+            prompt_tokens=0,  # no API produced these answers, so there are no token counts to report
+            completion_tokens=0,
             cached=False,
             start=0.0,
             end=0.0,
