@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+from typing import NoReturn
 
 from sprint.errors import UserError
 
@@ -16,6 +18,7 @@ STAGE_MODULES = [
     "sprint.dag",
     "sprint.packing",
     "sprint.sft_check",
+    "sprint.finetune",
     "sprint.orchestration",
     "sprint.evaluate",
     "sprint.replay",
@@ -23,8 +26,24 @@ STAGE_MODULES = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors in the same one-line `error: …` form as every other user error.
+
+    Subcommand parsers are made with the parent's class, so they inherit this.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {one_line(message)}; see `{self.prog} --help`", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def one_line(text: object) -> str:
+    """An error message on one line, whatever the exception text held (server bodies, paths)."""
+    return " ".join(str(text).split())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sprint", description=__doc__)
+    parser = _Parser(prog="python -m sprint", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in STAGE_MODULES:
         try:
@@ -40,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The pipeline venv has no torch on purpose; transformers' advice to install it is noise on stderr.
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpx2", "openai", "httpcore"):  # one line per request would drown the progress bar
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -51,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted; finished records are kept, re-run the same command to resume", file=sys.stderr)
