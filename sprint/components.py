@@ -33,6 +33,7 @@ from sprint.stage import (
     quiet_http_logs,
     resolve_cache_dir,
     run_stage,
+    sampling_for,
     usage_of,
 )
 
@@ -489,7 +490,7 @@ async def separate_components_async(
     template = load_prompt(PROMPT_NAME, prompt_file)
     fill(template, REQUIRED_PLACEHOLDERS)  # fail now, not per item, on a bad template
     items = load_items(input, split, subset, range_spec, question_col, id_col, require=("question", "thought"))
-    sampling = Sampling(max_tokens=max_tokens, temperature=temperature)
+    sampling = sampling_for(max_tokens, temperature)
     config = {
         "stage": "components",
         "input": input_identity(input),

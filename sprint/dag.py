@@ -37,6 +37,7 @@ from sprint.stage import (
     quiet_http_logs,
     resolve_cache_dir,
     run_stage,
+    sampling_for,
     usage_of,
 )
 
@@ -285,7 +286,7 @@ async def create_dag_async(
     items = load_items(input, split, subset, range_spec, require=("question",))
     if not any(isinstance(it.row.get("components"), list) for it in items):
         raise UserError(f"input {input!r} has no components; pass the output folder of `python -m sprint components`")
-    sampling = Sampling(max_tokens=max_tokens, temperature=temperature)
+    sampling = sampling_for(max_tokens, temperature)
     config = {
         "stage": "dag",
         "input": input_identity(input),

@@ -58,13 +58,21 @@ class Item:
     row: dict[str, Any] = field(default_factory=dict)
 
 
+MAX_ID_CHARS = 120  # ids name files (trajectories/<id>.txt); most filesystems allow 255 bytes
+
+
 def safe_id(raw: Any) -> str:
-    """A filesystem-safe id: MATH-500's `test/algebra/1.json` -> `test_algebra_1` (as the authors' logs)."""
+    """A filesystem-safe id: MATH-500's `test/algebra/1.json` -> `test_algebra_1` (as the authors' logs).
+
+    Over-long ids are cut and given a hash of the whole id, so they stay distinct and usable as file names.
+    """
     s = str(raw)
     if s.endswith(".json"):
         s = s[: -len(".json")]
     s = s.replace("/", "_").replace("\\", "_")
     s = re.sub(r"[^A-Za-z0-9._=+-]", "_", s).strip(".")
+    if len(s) > MAX_ID_CHARS:
+        s = s[: MAX_ID_CHARS - 17] + "-" + hashlib.sha256(str(raw).encode()).hexdigest()[:16]
     return s or "item"
 
 
@@ -109,7 +117,15 @@ def load_rows(source: str, split: str | None = "train", subset: str | None = Non
     if path.is_dir():
         records = path / "records.jsonl"
         if records.is_file():
-            return [r for r in _read_jsonl(records) if r.get("status", "ok") == "ok"]
+            everything = _read_jsonl(records)
+            ok = [r for r in everything if r.get("status", "ok") == "ok"]
+            if everything and not ok:
+                statuses = sorted({str(r.get("status")) for r in everything})
+                raise UserError(
+                    f"{records} holds {len(everything)} records but none with status ok "
+                    f"(statuses: {', '.join(statuses)}); re-run the stage that wrote {path} (see the errors in its records)"
+                )
+            return ok
         files = sorted(path.glob("*.jsonl")) + sorted(path.glob("*.parquet")) + sorted(path.glob("*.json"))
         if split:
             files = [f for f in files if f.stem.startswith(split)] or files
@@ -120,16 +136,55 @@ def load_rows(source: str, split: str | None = "train", subset: str | None = Non
         suffix = path.suffix.lower()
         if suffix == ".jsonl":
             rows = _read_jsonl(path)
-        elif suffix in (".json", ".parquet"):
-            rows = _load_with_datasets("json" if suffix == ".json" else "parquet", path)
+        elif suffix == ".json":
+            rows = _read_json(path)
+        elif suffix == ".parquet":
+            rows = _load_with_datasets("parquet", path)
         else:
             raise UserError(f"{path}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
         if split and rows and "split" in rows[0] and any(r.get("split") == split for r in rows):
             rows = [r for r in rows if r.get("split") == split]
         return rows
-    if source.startswith((".", "/", "~")) or source.endswith((".jsonl", ".json", ".parquet")):
+    if _looks_like_path(source):
         raise UserError(f"input {source!r} does not exist; check the path")
     return _load_hub(source, split, subset)
+
+
+# Endings that name a file, never a hub dataset id ("org/name").
+FILE_ENDINGS = (".jsonl", ".json", ".parquet", ".csv", ".tsv", ".txt", ".arrow", ".gz", ".zip", ".jsonl.gz")
+
+
+def _looks_like_path(source: str) -> bool:
+    return (
+        source.startswith((".", "/", "~"))
+        or source.lower().endswith(FILE_ENDINGS)
+        or source.count("/") > 1
+        or "\\" in source
+    )
+
+
+def _read_json(path: Path) -> list[dict]:
+    """A .json file: a list of row objects read directly; other layouts (columns, nested) via `datasets`."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not valid UTF-8; re-encode the file as UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from None
+    if isinstance(data, list):
+        bad = next((i for i, row in enumerate(data) if not isinstance(row, dict)), None)
+        if bad is not None:
+            raise UserError(
+                f"{path} is a JSON list whose item {bad} is a {type(data[bad]).__name__}, not an object; "
+                "a data file must hold one object per row (a JSON list of objects, or JSON Lines)"
+            )
+        return data
+    if isinstance(data, dict) and data and all(isinstance(v, list) for v in data.values()):
+        return _load_with_datasets("json", path)  # columns: {"question": [...], "thought": [...]}
+    raise UserError(
+        f"{path} holds a JSON {type(data).__name__}, not rows; a data file must hold one object per row "
+        "(a JSON list of objects, or JSON Lines)"
+    )
 
 
 def _load_with_datasets(fmt: str, path: Path) -> list[dict]:
@@ -165,6 +220,8 @@ def _openthoughts(row: dict) -> str | None:
     if not isinstance(conv, list) or len(conv) < 2 or not isinstance(conv[1], dict):
         return None
     text = conv[1].get("value") or ""
+    if not isinstance(text, str):
+        return None
     if BEGIN_THOUGHT in text:
         text = text.split(BEGIN_THOUGHT, 1)[1]
         text = text.split(END_THOUGHT, 1)[0]
@@ -173,18 +230,30 @@ def _openthoughts(row: dict) -> str | None:
 
 def to_item(row: dict, index: int, question_col: str | None = None, id_col: str | None = None) -> Item:
     question = row.get(question_col) if question_col else _first(row, QUESTION_COLUMNS)
-    if question is None and isinstance(row.get("conversations"), list) and row["conversations"]:
-        question = row["conversations"][0].get("value")
+    conv = row.get("conversations")
+    if question is None and isinstance(conv, list) and conv and isinstance(conv[0], dict):
+        question = conv[0].get("value")
     raw_id = row.get(id_col) if id_col else _first(row, ID_COLUMNS)
+    thought = _first(row, THOUGHT_COLUMNS) or _openthoughts(row)
+    solution = row.get("solution")
     return Item(
         id=safe_id(raw_id if raw_id is not None else index),
         index=index,
         question=str(question) if question is not None else "",
-        thought=_first(row, THOUGHT_COLUMNS) or _openthoughts(row),
-        solution=row.get("solution"),
+        thought=_as_text(thought),
+        solution=_as_text(solution),
         answer=None if row.get("answer") is None else str(row["answer"]),
         row=row,
     )
+
+
+def _as_text(value: Any) -> str | None:
+    """A text field as a string: numbers are written out, other types (lists, objects) count as absent."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
 def load_items(
@@ -200,20 +269,42 @@ def load_items(
     rows = load_rows(source, split, subset)
     if not rows:
         raise UserError(f"input {source!r} (split {split!r}) has no rows")
-    items = [to_item(rows[i], i, question_col, id_col) for i in parse_range(range_spec, len(rows))]
+    selected = parse_range(range_spec, len(rows))
+    if not selected:
+        raise UserError(
+            f"range {range_spec!r} selects no rows of {source!r}, which has {len(rows)}; "
+            f"pass START:END within 0:{len(rows)}"
+        )
+    items = [to_item(rows[i], i, question_col, id_col) for i in selected]
     for need in require:
-        missing = [it for it in items if not getattr(it, need)]
+        missing = [it for it in items if not str(getattr(it, need) or "").strip()]
         if len(missing) == len(items) and items:
+            columns = {key for row in rows[:1000] for key in row}
+            if _has_column(need, columns, question_col):
+                raise UserError(
+                    f"input {source!r}: the {need} is empty in all {len(items)} selected rows; "
+                    "check the data file (and --range)"
+                )
             cols = ", ".join(sorted(rows[0].keys()))
             raise UserError(f"input {source!r} has no {need} column (columns: {cols}); see README for the accepted layouts")
-    seen: dict[str, int] = {}
+    taken: set[str] = set()
     for it in items:  # duplicate ids would collide in resumable outputs
-        if it.id in seen:
-            seen[it.id] += 1
-            it.id = f"{it.id}_{seen[it.id]}"
-        else:
-            seen[it.id] = 0
+        if it.id in taken:
+            n = 1
+            while f"{it.id}_{n}" in taken:
+                n += 1
+            it.id = f"{it.id}_{n}"
+        taken.add(it.id)
     return items
+
+
+def _has_column(need: str, columns: set[str], question_col: str | None) -> bool:
+    """Whether the rows hold a column for `need` at all (as opposed to holding it empty)."""
+    names = {
+        "question": {question_col} if question_col else set(QUESTION_COLUMNS) | {"conversations"},
+        "thought": set(THOUGHT_COLUMNS) | {"conversations"},
+    }.get(need, {need})
+    return bool(names & columns)
 
 
 def fingerprint(source: str, items: list[Item]) -> str:

@@ -317,9 +317,9 @@ def batch_counts(tokenizer: str, texts: Sequence[str]) -> dict[str, int]:
     so text shared by many prompt prefixes of a plan is encoded once; the distinct pieces are
     encoded in batches.
     """
-    from sprint.trajectory import _load_tokenizer  # the trajectory model's own tokenizer cache
+    from sprint.trajectory import load_tokenizer
 
-    tok = _load_tokenizer(str(tokenizer))
+    tok = load_tokenizer(str(tokenizer))
     unique = list(dict.fromkeys(t for t in texts if t))
     out = {"": 0}
     if not unique:
@@ -531,10 +531,10 @@ def evaluate(
     _attach_gold(all_runs, {safe_id(k): v for k, v in gold_map.items()} if gold_map else None, gold)
 
     executor_tokenizer = executor_tokenizer or planner_tokenizer
-    from sprint.trajectory import _load_tokenizer
+    from sprint.trajectory import load_tokenizer
 
     for name in {str(planner_tokenizer), str(executor_tokenizer)}:
-        _load_tokenizer(name)  # a wrong tokenizer fails now, before any work starts
+        load_tokenizer(name)  # a wrong tokenizer fails now, before any work starts
     parsed = _parse_all(all_runs)
     preds, golds, keys = [], [], []
     for ri, run in enumerate(all_runs):

@@ -21,6 +21,20 @@ Choices this module makes (documented in the CLI help as well):
   also has the client's own HTTP retries); then the problem is retried as a whole up to
   `problem_retries` times; then it is recorded as `status: "error"` (`retryable` when transient,
   so re-running the command redoes it). A failure never stops the other problems.
+
+Two schedules (`--schedule`):
+- barrier (default; what the authors' reference code does): a phase's executors start when its
+  plan is complete, and each sees the whole plan `<Plan_p>…</Plan_p>`.
+- stream (what the paper's text describes): the planner call is streamed and executor p.k starts
+  as soon as its prompt is settled in the text generated so far (see `settled_prompts`). Its
+  context is the past phases + `<Plan_p>\n` + the normalised plan up to and including its own
+  `</prompt_p.k>` + `\n\n<Execution_p>\n<execution_p.k>\n`: no `</Plan_p>` (the plan is not
+  finished) and none of the later prompts. Every executor of the phase gets this context, also
+  one started only when the plan ends (a prompt cut by the token limit, a cache hit), so the
+  requests depend on the final plan only, never on timing. A planner stream that restarts (the
+  client retried a dropped stream) keeps the executors whose plan prefix the new text repeats and
+  cancels the others once it diverges; a plan redrawn for length cancels them all. The stored
+  trajectory has the same layout in both schedules.
 """
 
 from __future__ import annotations
@@ -40,7 +54,8 @@ from urllib.parse import urlparse
 
 from sprint.data import resolve_local, safe_id
 from sprint.errors import UserError
-from sprint.llm import TRANSIENT_KINDS, Completion, LLMClient, LLMConfig, LLMError, Sampling
+from sprint.latency import SCHEDULES
+from sprint.llm import TRANSIENT_KINDS, Completion, LLMClient, LLMConfig, LLMError, OnText, Sampling
 from sprint.records import RunDir
 from sprint.tasks import TASK_NAMES, Problem, TaskAdapter, get_task, load_problems
 from sprint.trajectory import Execution, Phase, Prompt, Trajectory, normalize_plan, render_question
@@ -217,10 +232,13 @@ class LoopSettings:
     executor_retries: int = 3
     problem_retries: int = 1
     seed: int | None = 0  # per-call seeds derive from it; None: let the server choose
+    schedule: str = "barrier"  # barrier | stream: when a phase's executors start (module docstring)
 
     def __post_init__(self) -> None:
         if self.max_phases < 1:
             raise UserError(f"max phases must be at least 1, got {self.max_phases}")
+        if self.schedule not in SCHEDULES:
+            raise UserError(f"unknown schedule {self.schedule!r}; use {' or '.join(SCHEDULES)}")
         if min(self.planner_length_retries, self.problem_retries) < 0 or self.executor_retries < 1:
             raise UserError("retry counts must be >= 0 (executor retries >= 1)")
 
@@ -275,10 +293,36 @@ class ProblemOutcome:
     truncated_plans: int
 
 
-async def _request(client: LLMClient, endpoint: str, payload: Any, sampling: Sampling) -> Completion:
+async def _request(
+    client: LLMClient, endpoint: str, payload: Any, sampling: Sampling, on_text: OnText | None = None
+) -> Completion:
     if endpoint == "completions":
-        return await client.complete(payload, sampling)
-    return await client.chat(payload, sampling)
+        return await client.complete(payload, sampling, on_text)
+    return await client.chat(payload, sampling, on_text)
+
+
+# A probe appended to a partial plan: it would lengthen (so change) any prompt that is still open,
+# and cannot touch a prompt that is already closed or followed by the next prompt's opening tag.
+_SETTLE_PROBE = "x</prompt>"
+
+
+def settled_prompts(raw: str, phase: int) -> tuple[str, list[Prompt]]:
+    """The normalised plan of a partial planner output and its prompts that more text cannot change.
+
+    `normalize_plan` closes a prompt left open (at a blank line or the end), so the prompts of a
+    partial text are not all finished. A prompt is settled when the normalised result is the same
+    with the probe appended: its closing tag has been written, or the next prompt has opened, or
+    the plan was cut (`<Final_answer>`, `<Execution_`). Settled prompts, and the plan text before
+    their ends, stay exactly as they are in the normalised final plan.
+    """
+    plan = normalize_plan(raw, phase).plan
+    probed = normalize_plan(raw + _SETTLE_PROBE, phase).plan
+    settled = []
+    for now, later in zip(Phase(phase, plan).prompts, Phase(phase, probed).prompts):
+        if now != later:
+            break
+        settled.append(now)
+    return plan, settled
 
 
 class ProblemRun:
@@ -313,7 +357,10 @@ class ProblemRun:
         prompt: str | None,
         draw: int,
         max_tokens: int | None = None,
+        on_text: OnText | None = None,
+        sink: list[CallRecord] | None = None,
     ) -> tuple[Completion, CallRecord]:
+        """One model call, recorded in `self.calls` (and `sink`) whatever its outcome."""
         client = self.planner if role == "planner" else self.executor
         endpoint, payload, extra = self.fmt.request(self.problem.question, continuation)
         params = Sampling(
@@ -326,33 +373,44 @@ class ProblemRun:
         )
         started = time.time()
         try:
-            done = await _request(client, endpoint, payload, params)
-        except LLMError as exc:
-            self.calls.append(
-                CallRecord(role, phase, prompt, 0, 0, None, started, time.time(), False, draw, self.run_number,
-                           False, f"{exc.kind}: {exc}")
-            )
+            done = await _request(client, endpoint, payload, params, on_text)
+        except (LLMError, asyncio.CancelledError) as exc:
+            error = f"{exc.kind}: {exc}" if isinstance(exc, LLMError) else "cancelled"
+            record = CallRecord(role, phase, prompt, 0, 0, None, started, time.time(), False, draw, self.run_number,
+                                False, error)
+            self.calls.append(record)
+            if sink is not None:
+                sink.append(record)
             raise
         record = CallRecord(
             role, phase, prompt, done.prompt_tokens, done.completion_tokens, done.finish_reason,
             done.start, done.end, done.cached, draw, self.run_number,
         )
         self.calls.append(record)
+        if sink is not None:
+            sink.append(record)
         return done, record
 
-    async def _plan(self, context: str, phase: int) -> tuple[str, bool]:
-        """Raw planner text for `phase` and whether it was cut at the token limit."""
+    async def _plan(self, context: str, phase: int, dispatch: StreamDispatch | None = None) -> tuple[str, bool]:
+        """Raw planner text for `phase` and whether it was cut at the token limit.
+
+        With a `dispatch` (stream schedule) the call is streamed and executors start on the way.
+        """
         s = self.settings
         draws = 1 + (s.planner_length_retries if s.planner.temperature > 0 else 0)
+        on_text = dispatch.on_text if dispatch is not None else None
         for draw in range(1, draws + 1):
             try:
-                done, record = await self._call("planner", context, PLANNER_STOPS, s.planner, phase, None, draw)
+                done, record = await self._call("planner", context, PLANNER_STOPS, s.planner, phase, None, draw,
+                                                on_text=on_text)
             except LLMError as exc:
                 raise StepFailed(f"planner call of phase {phase}", exc, 1) from None
             if done.finish_reason != "length":
                 return done.text, False
             if draw < draws:
                 record.kept = False
+                if dispatch is not None:
+                    dispatch.redraw()
         return done.text, True
 
     async def _final(self, context: str, phase: int) -> str:
@@ -365,7 +423,7 @@ class ProblemRun:
             raise StepFailed("forced final answer", exc, 1) from None
         return done.text.strip()
 
-    async def _execute(self, head: str, phase: int, prompt: Prompt) -> Execution:
+    async def _execute(self, head: str, phase: int, prompt: Prompt, sink: list[CallRecord] | None = None) -> Execution:
         """One executor: it sees the plan of this phase and continues `<execution_p.k>`."""
         continuation = head + f"<execution_{prompt.name}>\n"
         tries = self.settings.executor_retries
@@ -373,7 +431,8 @@ class ProblemRun:
             async with self.executor_slots:
                 try:
                     done, _ = await self._call(
-                        "executor", continuation, EXECUTOR_STOPS, self.settings.executor, phase, prompt.name, draw
+                        "executor", continuation, EXECUTOR_STOPS, self.settings.executor, phase, prompt.name, draw,
+                        sink=sink,
                     )
                     return Execution(prompt.name, done.text.strip())
                 except LLMError as exc:
@@ -402,22 +461,124 @@ class ProblemRun:
             if p == s.max_phases:
                 traj.final_answer = await self._final(context, p)
                 return ProblemOutcome(traj, True, truncated)
-            raw, cut = await self._plan(context, p)
-            truncated += cut
-            out = normalize_plan(raw, p)
-            if out.final_answer is None and not out.plan:
-                # nothing usable (EOS or </think> straight away): ask for the answer now
-                traj.final_answer = await self._final(context, p)
-                return ProblemOutcome(traj, True, truncated)
-            if out.plan:
-                phase = Phase(p, out.plan)
-                head = context + phase.render_plan() + f"\n\n<Execution_{p}>\n"
-                phase.executions = await self._execute_all(head, p, phase.prompts)
-                traj.phases.append(phase)
+            dispatch = StreamDispatch(self, context, p) if s.schedule == "stream" else None
+            try:
+                raw, cut = await self._plan(context, p, dispatch)
+                truncated += cut
+                out = normalize_plan(raw, p)
+                if out.final_answer is None and not out.plan:
+                    # nothing usable (EOS or </think> straight away): ask for the answer now
+                    traj.final_answer = await self._final(context, p)
+                    return ProblemOutcome(traj, True, truncated)
+                if out.plan:
+                    phase = Phase(p, out.plan)
+                    if dispatch is not None:
+                        phase.executions = await dispatch.collect(out.plan)
+                    else:
+                        head = context + phase.render_plan() + f"\n\n<Execution_{p}>\n"
+                        phase.executions = await self._execute_all(head, p, phase.prompts)
+                    traj.phases.append(phase)
+            finally:
+                if dispatch is not None:
+                    await dispatch.close()
             if out.final_answer is not None:
                 traj.final_answer = out.final_answer
                 return ProblemOutcome(traj, False, truncated)
         raise AssertionError("unreachable: the last phase always answers")
+
+
+@dataclass
+class _Launched:
+    """An executor started by the stream schedule, with the calls it made so far."""
+
+    task: asyncio.Task
+    records: list[CallRecord]
+
+
+class StreamDispatch:
+    """The stream schedule of one phase: start each executor as soon as its prompt is settled.
+
+    `on_text` receives the planner's accumulated text after every streamed chunk (a retried
+    stream starts again from ""). Executors are keyed by the normalised plan up to the end of
+    their prompt, which is also what they see, so a restarted stream that writes the same prefix
+    reuses the running executor instead of starting a duplicate.
+    """
+
+    def __init__(self, run: ProblemRun, context: str, phase: int) -> None:
+        self.run = run
+        self.context = context
+        self.phase = phase
+        self.launched: dict[str, _Launched] = {}
+        self.restarts = 0  # streams that started over (retries) or were redrawn
+        self._text = ""
+        self._dropped: list[asyncio.Task] = []
+
+    def head(self, plan: str, prompt: Prompt) -> str:
+        """What executor `prompt` continues (before its `<execution_p.k>\n`): the plan up to its prompt."""
+        p = self.phase
+        return self.context + f"<Plan_{p}>\n" + plan[: prompt.end] + f"\n\n<Execution_{p}>\n"
+
+    def on_text(self, text: str) -> None:
+        if text.startswith(self._text):
+            fresh = text[len(self._text):]
+            self._text = text
+            if ">" not in fresh:  # every tag that can settle a prompt ends with ">"
+                return
+        else:
+            self.restarts += 1
+            self._text = text
+        plan, settled = settled_prompts(text, self.phase)
+        latest = plan[: settled[-1].end] if settled else ""
+        for key in [k for k in self.launched if not (latest.startswith(k) or k.startswith(latest))]:
+            self._discard(key)  # the restarted stream wrote something else
+        for prompt in settled:
+            self._launch(plan, prompt)
+
+    def redraw(self) -> None:
+        """The plan is drawn again with another seed: nothing started for this draw is kept."""
+        for key in list(self.launched):
+            self._discard(key)
+        self._text = ""
+        self.restarts += 1
+
+    async def collect(self, plan: str) -> list[Execution]:
+        """Executions of the final plan's prompts in order, starting those not started yet."""
+        prompts = Phase(self.phase, plan).prompts
+        keys = [plan[: pr.end] for pr in prompts]
+        for key in set(self.launched) - set(keys):
+            self._discard(key)
+        for prompt in prompts:
+            self._launch(plan, prompt)
+        tasks = [self.launched[key].task for key in keys]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            await self.close()
+            raise
+
+    def _launch(self, plan: str, prompt: Prompt) -> None:
+        key = plan[: prompt.end]
+        if key in self.launched:
+            return
+        records: list[CallRecord] = []
+        task = asyncio.ensure_future(self.run._execute(self.head(plan, prompt), self.phase, prompt, records))
+        self.launched[key] = _Launched(task, records)
+
+    def _discard(self, key: str) -> None:
+        item = self.launched.pop(key)
+        item.task.cancel()
+        for record in item.records:  # calls that already finished: their results are thrown away
+            record.kept = False
+        self._dropped.append(item.task)
+
+    async def close(self) -> None:
+        """Cancel what is still running and reap every task (their errors included)."""
+        tasks = [item.task for item in self.launched.values()] + self._dropped
+        self.launched.clear()
+        self._dropped = []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -708,6 +869,7 @@ class OrchestrationConfig:
     max_retries: int = 3
     cache_dir: str | None = None
     model_path: str | None = None  # a local checkpoint: lets us start vLLM when nothing answers
+    schedule: str = "barrier"  # barrier (reference code) | stream (executors start at their </prompt>)
 
     def __post_init__(self) -> None:
         self.executor_model = self.executor_model or self.planner_model
@@ -716,6 +878,8 @@ class OrchestrationConfig:
             raise UserError(f"unknown task {self.task!r}; use one of {', '.join(TASK_NAMES)}")
         if self.max_problem_workers < 1 or self.max_execution_workers < 1:
             raise UserError("--max-problem-workers and --max-execution-workers must be at least 1")
+        if self.schedule not in SCHEDULES:
+            raise UserError(f"unknown schedule {self.schedule!r}; use {' or '.join(SCHEDULES)}")
 
     def settings(self) -> LoopSettings:
         return LoopSettings(
@@ -727,6 +891,7 @@ class OrchestrationConfig:
             executor_retries=self.executor_retries,
             problem_retries=self.problem_retries,
             seed=self.seed,
+            schedule=self.schedule,
         )
 
     def identity(self) -> dict[str, Any]:
@@ -958,6 +1123,7 @@ def _orchestrate_command(args: argparse.Namespace) -> int:
         max_retries=args.max_retries,
         cache_dir=args.cache_dir,
         model_path=args.model_path,
+        schedule=args.schedule,
     )
     summary = orchestrate(cfg, overwrite=args.overwrite, retry_failed=args.retry_failed, progress=args.progress)
     _print_summary(summary, cfg.out_dir)
@@ -1018,6 +1184,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--max-phases", type=int, default=12, help="phase at which the final answer is forced")
     p.add_argument("--max-problem-workers", type=int, default=5, help="problems in flight")
     p.add_argument("--max-execution-workers", type=int, default=5, help="executor calls in flight, over all problems")
+    p.add_argument("--schedule", choices=SCHEDULES, default="barrier",
+                   help="barrier: executors start when the plan is complete (the authors' code, default); "
+                        "stream: each starts as soon as its </prompt_p.k> is written, seeing the plan up to there")
     _add_common(p)
     p.set_defaults(func=_orchestrate_command)
 

@@ -253,7 +253,7 @@ def build_trajectory(question: str, components: list[Component], final_answer: s
 
 def final_answer_from_solution(solution: str | None) -> str | None:
     """The sentence of the reference solution holding its last `\\boxed`, and what follows it."""
-    if not solution:
+    if not solution or not isinstance(solution, str):  # a number or list from a sloppy file: no usable answer
         return None
     boxes = list(_BOXED.finditer(solution))
     if not boxes:

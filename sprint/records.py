@@ -89,7 +89,12 @@ class RunDir:
         self.path = Path(self.path)
         self.records_path = self.path / "records.jsonl"
         self.manifest_path = self.path / "manifest.json"
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise UserError(f"output folder {self.path} is an existing file (or lies under one); pass another --out-dir") from None
+        except OSError as exc:
+            raise UserError(f"cannot create output folder {self.path} ({exc.strerror}); pass another --out-dir") from None
         self._guard()
         self._repair_tail()
         self._load_done()
@@ -105,9 +110,18 @@ class RunDir:
         if not self.manifest_path.exists():
             return
         try:
-            old = json.loads(self.manifest_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            old = {}
+            old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = None
+        if not isinstance(old, dict):
+            if self.overwrite:
+                for p in (self.records_path, self.manifest_path):
+                    p.unlink(missing_ok=True)
+                return
+            raise UserError(
+                f"{self.manifest_path} is unreadable, so it is unknown what made {self.path}; "
+                "use another output folder or pass --overwrite"
+            )
         old_identity = old.get("identity", {})
         if old.get("stage") == self.stage and old_identity == json.loads(json.dumps(self.identity, default=str)):
             return
@@ -138,9 +152,11 @@ class RunDir:
         with open(self.records_path, "rb") as f:
             for raw in f:
                 try:
-                    records.append(json.loads(raw))
-                except json.JSONDecodeError:
+                    record = json.loads(raw)
+                except ValueError:  # not JSON, or not UTF-8: not a record of ours
                     continue
+                if isinstance(record, dict):
+                    records.append(record)
         keep = records
         if self.retry_failed:
             # transient failures (server down, timeouts) are redone; their old lines are dropped by an

@@ -73,9 +73,9 @@ class Splitter:
         self._tokenizer = None
         if name != WORDS:
             # The trajectory model's cached loader: local dir, SPRINT_LOCAL_DATA copy, or hub id.
-            from sprint.trajectory import _load_tokenizer
+            from sprint.trajectory import load_tokenizer
 
-            self._tokenizer = _load_tokenizer(name)
+            self._tokenizer = load_tokenizer(name)
 
     def count(self, text: str) -> int:
         if not text:

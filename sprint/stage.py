@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 from tqdm import tqdm
 
 from sprint.errors import UserError
-from sprint.llm import TRANSIENT_KINDS, LLMConfig, LLMError
+from sprint.llm import TRANSIENT_KINDS, LLMConfig, LLMError, Sampling
 from sprint.records import RunDir, estimate_cost
 
 log = logging.getLogger(__name__)
@@ -328,11 +328,24 @@ def resolve_cache_dir(out_dir: Path, cache_dir: str | Path | None, use_cache: bo
     return Path(cache_dir).expanduser() if cache_dir else out_dir / "llm_cache"
 
 
+def sampling_for(max_tokens: int, temperature: float) -> Sampling:
+    """The stage's sampling settings, refused as a user error (not a traceback) when out of range."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise UserError(f"--max-tokens must be a positive integer, got {max_tokens!r}")
+    if not temperature >= 0:
+        raise UserError(f"--temperature must be >= 0, got {temperature!r}")
+    return Sampling(max_tokens=max_tokens, temperature=temperature)
+
+
 def llm_config(
     *, server_url: str, model: str, num_workers: int, timeout: float, max_retries: int, cache_dir: Path | None
 ) -> LLMConfig:
     if not server_url:
         raise UserError("no server URL; pass --server-url (e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1)")
+    if not server_url.startswith(("http://", "https://")):
+        raise UserError(
+            f"server URL {server_url!r} is not an http(s) URL; pass e.g. http://127.0.0.1:8000/v1 or https://api.openai.com/v1"
+        )
     if not model:
         raise UserError("no model name; pass --model")
     return LLMConfig(

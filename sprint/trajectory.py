@@ -301,7 +301,7 @@ def count_tokens(traj: Trajectory, planner: Counter, executor: Counter | None = 
 
 
 @lru_cache(maxsize=8)
-def _load_tokenizer(path: str):
+def load_tokenizer(path: str):
     from tokenizers import Tokenizer
 
     p = Path(path)
@@ -313,7 +313,7 @@ def _load_tokenizer(path: str):
 
     local = resolve_local(path)
     if local is not None:
-        return _load_tokenizer(str(local))
+        return load_tokenizer(str(local))
     try:
         return Tokenizer.from_pretrained(path)
     except Exception as exc:  # network, unknown id, …
@@ -327,7 +327,7 @@ def _load_tokenizer(path: str):
 
 def token_counter(name_or_path: str) -> Counter:
     """A fast `text -> number of tokens` (no special tokens added) for a hub id or local path."""
-    tok = _load_tokenizer(str(name_or_path))
+    tok = load_tokenizer(str(name_or_path))
 
     def count(text: str) -> int:
         return len(tok.encode(text, add_special_tokens=False).ids) if text else 0

@@ -15,7 +15,7 @@ from sprint.errors import UserError
 from sprint.evaluate import _splits_at_lines, batch_counts, evaluate, load_run
 from sprint.metrics import mcnemar_exact
 from sprint.report import load_metrics, render_markdown
-from sprint.trajectory import _load_tokenizer, token_counter
+from sprint.trajectory import load_tokenizer, token_counter
 
 FAST = {"resamples": 100, "workers": 1, "plots": False}
 
@@ -171,7 +171,7 @@ def test_batch_counts_on_adversarial_strings(tok_dir: Path) -> None:
 
 
 def test_line_splitting_only_for_known_tokenizers(tok_dir: Path) -> None:
-    assert _splits_at_lines(_load_tokenizer(str(tok_dir)))
+    assert _splits_at_lines(load_tokenizer(str(tok_dir)))
     other = Tokenizer(models.BPE())
     other.pre_tokenizer = pre_tokenizers.Whitespace()
     assert not _splits_at_lines(other)
