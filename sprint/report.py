@@ -270,7 +270,7 @@ def _thousands(axis: Any) -> None:
     """Token axes read 2k, 4k, … instead of colliding 10000-style labels."""
     from matplotlib.ticker import FuncFormatter
 
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1000:g}k" if v else "0"))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1000:.3g}k" if abs(v) >= 1000 else f"{v:.0f}"))
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -293,7 +293,9 @@ def plot_accuracy_vs_tokens(metrics: dict, path: Path) -> bool:
         seen.add(method)
         ax.annotate(r["label"], (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
     ax.set_xlabel("mean sequential tokens per problem")
+    ax.set_xlim(left=0, right=1.15 * max(r["summary"]["mean_sequential"] for _, r in points) or 1)
     _thousands(ax.xaxis)
+    ax.set_ylim(-2, 102)
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Accuracy vs sequential tokens")
     ax.grid(alpha=0.3)
