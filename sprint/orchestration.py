@@ -273,7 +273,7 @@ class CallRecord:
     cached: bool
     draw: int = 1  # 1 + index of the redraw (planner length retries, executor retries)
     run: int = 1  # problem-level attempt
-    kept: bool = True  # False for a planner draw thrown away because it was too long
+    kept: bool = True  # False: failed, cancelled, a plan redrawn for length, or an execution thrown away (stream)
     error: str | None = None
 
 
@@ -509,7 +509,6 @@ class StreamDispatch:
         self.context = context
         self.phase = phase
         self.launched: dict[str, _Launched] = {}
-        self.restarts = 0  # streams that started over (retries) or were redrawn
         self._text = ""
         self._dropped: list[asyncio.Task] = []
 
@@ -524,8 +523,7 @@ class StreamDispatch:
             self._text = text
             if ">" not in fresh:  # every tag that can settle a prompt ends with ">"
                 return
-        else:
-            self.restarts += 1
+        else:  # the stream started over (a retried request)
             self._text = text
         plan, settled = settled_prompts(text, self.phase)
         latest = plan[: settled[-1].end] if settled else ""
@@ -539,7 +537,6 @@ class StreamDispatch:
         for key in list(self.launched):
             self._discard(key)
         self._text = ""
-        self.restarts += 1
 
     async def collect(self, plan: str) -> list[Execution]:
         """Executions of the final plan's prompts in order, starting those not started yet."""
