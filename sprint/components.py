@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import re
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ _SENTENCE_END = re.compile(r"[.!?]+[\"')\]$]*[ \t]+")
 ABBREVIATIONS = frozenset({"e.g", "i.e", "cf", "vs", "approx", "resp", "al", "fig", "eq", "eqs", "dr", "mr", "mrs", "ms", "prof"})
 _LIST_MARKER = re.compile(r"\s*(?:\d{1,3}|[A-Za-z]|[ivxIVX]{1,4})")
 _DISPLAY_OPEN = {"\\[": "\\]", "$$": "$$", "\\begin{align*}": "\\end{align*}", "\\begin{align}": "\\end{align}"}
+_DISPLAY_CLOSE = frozenset(_DISPLAY_OPEN.values())
 
 
 def _sentence_cuts(text: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -96,16 +98,23 @@ def line_spans(text: str) -> list[tuple[int, int]]:
     for raw in text.splitlines(keepends=True):
         physical.append((pos, pos + len(raw.rstrip("\r\n"))))
         pos += len(raw)
+    stripped_lines = [text[s:e].strip() for s, e in physical]
+    # Where each closing delimiter stands alone on a line, so finding a block's end is a bisect,
+    # not a scan (a huge trace full of unclosed `\\[` lines would otherwise take quadratic time).
+    closers: dict[str, list[int]] = {}
+    for j, line in enumerate(stripped_lines):
+        if line in _DISPLAY_CLOSE:
+            closers.setdefault(line, []).append(j)
     i = 0
     while i < len(physical):
         s, e = physical[i]
-        stripped = text[s:e].strip()
+        stripped = stripped_lines[i]
         closing = _DISPLAY_OPEN.get(stripped)
         if closing is not None:
-            j = i + 1
-            while j < len(physical) and text[physical[j][0] : physical[j][1]].strip() != closing:
-                j += 1
-            if j < len(physical):  # a closed block: one line
+            at = closers.get(closing, [])
+            k = bisect.bisect_right(at, i)
+            if k < len(at):  # a closed block: one line
+                j = at[k]
                 spans.append(_trim(text, s, physical[j][1]))
                 i = j + 1
                 continue
@@ -396,7 +405,7 @@ def components_from_record(record: dict[str, Any]) -> list[Component]:
 # The stage
 # ----------------------------------------------------------------------------------------------
 
-FAILURE_KINDS = ("no_thought", "truncated", "unparseable", "invalid", "crashed")  # plus llm_<kind>
+FAILURE_KINDS = ("no_question", "no_thought", "truncated", "unparseable", "invalid", "crashed")  # plus llm_<kind>
 
 
 def base_record(item: Item) -> dict[str, Any]:
@@ -433,6 +442,8 @@ async def separate_one(item: Item, client: LLMClient, template: str, sampling: S
     thought = record["thought"]
     spans = line_spans(thought)
     record["num_lines"] = len(spans)
+    if not item.question.strip():
+        return {**record, "status": "no_question", "error": "the item has no question (problem) text"}
     if not spans:
         return {**record, "status": "no_thought", "error": "the item has no reasoning trace (thought) to separate"}
     lines = [_clean(thought[s:e]) for s, e in spans]
@@ -509,11 +520,11 @@ async def separate_components_async(
         "max_retries": max_retries,
         "cache_dir": str(cache_dir) if cache_dir else None,
     }
-    run = RunDir(out, "components", config, overwrite=overwrite)
     llm = llm_config(
         server_url=server_url, model=model, num_workers=num_workers, timeout=timeout,
         max_retries=max_retries, cache_dir=resolve_cache_dir(out, cache_dir, use_cache),
     )
+    run = RunDir(out, "components", config, overwrite=overwrite)  # after the checks: a refused run leaves no folder
     inputs = {"source": input, "rows": len(items), "fingerprint": fingerprint(input, items)}
     quiet_http_logs()  # a log line per request would bury the progress bar and the summary
     async with LLMClient(llm) as client:

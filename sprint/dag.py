@@ -231,6 +231,12 @@ async def create_one(item: Item, client: LLMClient, template: str, sampling: Sam
     components = item.row.get("components") or []
     if not components:
         return {**record, "status": "no_components", "error": "the record has no components"}
+    if not isinstance(components, list) or not all(isinstance(c, dict) and "number" in c for c in components):
+        return {
+            **record,
+            "status": "invalid_components",
+            "error": "the record's components are not a list of component objects (as `components` writes them)",
+        }
     if len(components) == 1:  # nothing to ask: a single component has no possible parent
         return {**record, "dag": dag_to_json({1: []})}
     messages = [{"role": "user", "content": build_prompt(template, item.question, components)}]
@@ -303,11 +309,11 @@ async def create_dag_async(
         "max_retries": max_retries,
         "cache_dir": str(cache_dir) if cache_dir else None,
     }
-    run = RunDir(out, "dag", config, overwrite=overwrite)
     llm = llm_config(
         server_url=server_url, model=model, num_workers=num_workers, timeout=timeout,
         max_retries=max_retries, cache_dir=resolve_cache_dir(out, cache_dir, use_cache),
     )
+    run = RunDir(out, "dag", config, overwrite=overwrite)  # after the checks: a refused run leaves no folder
     inputs = {"source": input, "rows": len(items), "fingerprint": fingerprint(input, items)}
     needs_llm = any(not run.is_done(it.id) and len(it.row.get("components") or []) > 1 for it in items)
     quiet_http_logs()  # a log line per request would bury the progress bar and the summary

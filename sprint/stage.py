@@ -348,6 +348,12 @@ def llm_config(
         )
     if not model:
         raise UserError("no model name; pass --model")
+    if num_workers < 1:
+        raise UserError(f"--num-workers must be at least 1, got {num_workers}")
+    if not timeout > 0:
+        raise UserError(f"--timeout must be a positive number of seconds, got {timeout}")
+    if max_retries < 0:
+        raise UserError(f"--max-retries must be 0 or more, got {max_retries}")
     return LLMConfig(
         base_url=server_url.rstrip("/"),
         model=model,
