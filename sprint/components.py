@@ -17,24 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from sprint.data import Item, fingerprint, load_items
-from sprint.llm import LLMClient, LLMError, Sampling
+from sprint.llm import LLMClient, Sampling
 from sprint.records import RunDir, text_hash
 from sprint.stage import (
     DEFAULT_MODEL,
     DEFAULT_SERVER_URL,
-    StageOutcome,
     add_input_args,
     add_llm_args,
+    ask,
     crash_record,
     fill,
     input_identity,
     llm_config,
-    llm_failure,
     load_prompt,
-    quiet_http_logs,
     resolve_cache_dir,
     run_stage,
     sampling_for,
+    StageOutcome,
     usage_of,
 )
 
@@ -447,22 +446,11 @@ async def separate_one(item: Item, client: LLMClient, template: str, sampling: S
     if not spans:
         return {**record, "status": "no_thought", "error": "the item has no reasoning trace (thought) to separate"}
     lines = [_clean(thought[s:e]) for s, e in spans]
-    messages = [{"role": "user", "content": build_prompt(template, item.question, lines)}]
+    answer = await ask(client, build_prompt(template, item.question, lines), sampling, record, "components")
+    if answer is None:
+        return record
     try:
-        completion = await client.chat(messages, sampling)
-    except LLMError as exc:
-        status, error, retryable = llm_failure(exc)
-        return {**record, "status": status, "error": error, "retryable": retryable}
-    record["components_answer"] = completion.text
-    record["components_usage"] = usage_of(completion)
-    if completion.finish_reason == "length":
-        return {
-            **record,
-            "status": "truncated",
-            "error": f"the answer reached max_tokens ({sampling.max_tokens}) before it ended; raise --max-tokens",
-        }
-    try:
-        components = parse_components(completion.text)
+        components = parse_components(answer)
     except AnswerError as exc:
         return {**record, "status": "unparseable", "error": str(exc)}
     errors = validate_components(components, len(spans))
@@ -526,7 +514,6 @@ async def separate_components_async(
     )
     run = RunDir(out, "components", config, overwrite=overwrite)  # after the checks: a refused run leaves no folder
     inputs = {"source": input, "rows": len(items), "fingerprint": fingerprint(input, items)}
-    quiet_http_logs()  # a log line per request would bury the progress bar and the summary
     async with LLMClient(llm) as client:
         if check_server and any(not run.is_done(it.id) for it in items):
             await client.check()

@@ -20,24 +20,23 @@ from typing import Any
 
 from sprint.data import Item, fingerprint, load_items
 from sprint.errors import UserError
-from sprint.llm import LLMClient, LLMError, Sampling
+from sprint.llm import LLMClient, Sampling
 from sprint.records import RunDir, text_hash
 from sprint.stage import (
     DEFAULT_MODEL,
     DEFAULT_SERVER_URL,
-    StageOutcome,
     add_input_args,
     add_llm_args,
+    ask,
     crash_record,
     fill,
     input_identity,
     llm_config,
-    llm_failure,
     load_prompt,
-    quiet_http_logs,
     resolve_cache_dir,
     run_stage,
     sampling_for,
+    StageOutcome,
     usage_of,
 )
 
@@ -239,22 +238,11 @@ async def create_one(item: Item, client: LLMClient, template: str, sampling: Sam
         }
     if len(components) == 1:  # nothing to ask: a single component has no possible parent
         return {**record, "dag": dag_to_json({1: []})}
-    messages = [{"role": "user", "content": build_prompt(template, item.question, components)}]
+    answer = await ask(client, build_prompt(template, item.question, components), sampling, record, "dag")
+    if answer is None:
+        return record
     try:
-        completion = await client.chat(messages, sampling)
-    except LLMError as exc:
-        status, error, retryable = llm_failure(exc)
-        return {**record, "status": status, "error": error, "retryable": retryable}
-    record["dag_answer"] = completion.text
-    record["dag_usage"] = usage_of(completion)
-    if completion.finish_reason == "length":
-        return {
-            **record,
-            "status": "truncated",
-            "error": f"the answer reached max_tokens ({sampling.max_tokens}) before it ended; raise --max-tokens",
-        }
-    try:
-        dag = parse_dag(completion.text)
+        dag = parse_dag(answer)
     except DagError as exc:
         return {**record, "status": "unparseable", "error": str(exc)}
     full, errors = validate_dag(dag, len(components))
@@ -316,7 +304,6 @@ async def create_dag_async(
     run = RunDir(out, "dag", config, overwrite=overwrite)  # after the checks: a refused run leaves no folder
     inputs = {"source": input, "rows": len(items), "fingerprint": fingerprint(input, items)}
     needs_llm = any(not run.is_done(it.id) and len(it.row.get("components") or []) > 1 for it in items)
-    quiet_http_logs()  # a log line per request would bury the progress bar and the summary
     async with LLMClient(llm) as client:
         if check_server and needs_llm:
             await client.check()

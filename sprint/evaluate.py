@@ -57,6 +57,7 @@ class RawProblem:
     reported_tokens: int | None = None
     index: int | None = None
     task: str | None = None
+    source: str = ""  # where the text was read, for warnings: a file, or `records.jsonl (id X)`
 
 
 @dataclass
@@ -127,12 +128,14 @@ def _from_records(folder: Path, records_path: Path) -> list[LoadedRun]:
         mode = _record_mode(rec, default_mode)
         text = rec.get("generation") if mode == "baseline" else None
         text = text if isinstance(text, str) else rec.get("trajectory")
+        source = f"{records_path} (id {pid})"
         if not isinstance(text, str) or not text.strip():
             text = None
             for name in (safe_id(pid), pid):
                 text = _read_text(folder / "trajectories" / f"{name}.txt")
                 if text is not None:
                     text = text[:-1] if text.endswith("\n") else text  # the writer's line end
+                    source = str(folder / "trajectories" / f"{name}.txt")
                     break
         if mode == "baseline" and text is not None:
             text = baseline_generation(text)
@@ -146,6 +149,7 @@ def _from_records(folder: Path, records_path: Path) -> list[LoadedRun]:
             reported_tokens=_reported_tokens(rec),
             index=rec.get("index") if isinstance(rec.get("index"), int) else None,
             task=rec.get("task") if rec.get("task") in TASKS else None,
+            source=source,
         ))
     if not by_mode:
         raise UserError(f"{records_path} holds no records; run the stage first or pass another folder")
@@ -188,7 +192,8 @@ def _from_text_files(folder: Path) -> list[LoadedRun]:
             mode, pid = ("sprint" if text and _looks_like_sprint(text) else "baseline"), f.stem
         if mode == "baseline" and text:
             text = baseline_generation(text)
-        groups.setdefault(mode, []).append(RawProblem(id=safe_id(pid), text=text if text and text.strip() else None))
+        groups.setdefault(mode, []).append(
+            RawProblem(id=safe_id(pid), text=text if text and text.strip() else None, source=str(f)))
     both = len(groups) > 1
     return [LoadedRun(f"{folder.name} ({mode})" if both else folder.name, folder, mode, probs)
             for mode, probs in sorted(groups.items(), key=lambda kv: kv[0] != "sprint")]
@@ -345,13 +350,14 @@ def batch_counts(tokenizer: str, texts: Sequence[str]) -> dict[str, int]:
 class _Counted:
     traj: Trajectory | None
     malformed: bool
+    error: str | None = None  # the strict parser's complaint, for the warning
 
 
 def _parse_sprint(text: str) -> _Counted:
     try:
         return _Counted(parse(text, strict=True), False)
-    except TrajectoryError:
-        return _Counted(parse(text, strict=False), True)
+    except TrajectoryError as exc:
+        return _Counted(parse(text, strict=False), True, str(exc))
 
 
 # --------------------------------------------------------------------------- the stage

@@ -86,6 +86,26 @@ def usage_of(completion: Any | None) -> dict[str, int]:
     return {"prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens}
 
 
+async def ask(client: Any, content: str, sampling: Any, record: dict[str, Any], name: str) -> str | None:
+    """One chat turn for one item, as both curation stages ask it.
+
+    Stores the answer and its usage in `record` (`<name>_answer`, `<name>_usage`). When the call
+    fails or the answer is cut off at max_tokens, sets the record's status/error and returns None.
+    """
+    try:
+        completion = await client.chat([{"role": "user", "content": content}], sampling)
+    except LLMError as exc:
+        record["status"], record["error"], record["retryable"] = llm_failure(exc)
+        return None
+    record[f"{name}_answer"] = completion.text
+    record[f"{name}_usage"] = usage_of(completion)
+    if completion.finish_reason == "length":
+        record["status"] = "truncated"
+        record["error"] = f"the answer reached max_tokens ({sampling.max_tokens}) before it ended; raise --max-tokens"
+        return None
+    return completion.text
+
+
 # ----------------------------------------------------------------------------------------------
 # The item loop
 # ----------------------------------------------------------------------------------------------
@@ -234,14 +254,6 @@ def folder_usage(run: RunDir, usage_key: str, this_run: dict[str, Any]) -> dict[
 
 
 # Loggers that report every HTTP request at INFO; with a progress bar they would bury it.
-CHATTY_LOGGERS = ("httpx", "httpx2", "openai")
-
-
-def quiet_http_logs() -> None:
-    for name in CHATTY_LOGGERS:
-        logger = logging.getLogger(name)
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.WARNING)
 
 
 async def run_stage(
