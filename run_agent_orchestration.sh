@@ -37,6 +37,7 @@ API="${API:-completions}"                                 # completions | chat
 TOKENIZER="${TOKENIZER:-}"                                # chat template source (default: MODEL_PATH or the model name)
 MODEL_PATH="${MODEL_PATH:-}"                              # local checkpoint: start vLLM if nothing answers locally
 OUT_DIR="${OUT_DIR:-outputs/orchestration}"
+CACHE_DIR="${CACHE_DIR:-}"                                # response cache, empty = OUT_DIR/llm_cache (pass --no-cache for none)
 
 args=(
   --planner-model "$PLANNER_MODEL" --planner-url "$PLANNER_SERVER_URL"
@@ -52,5 +53,6 @@ args=(
 if [[ -n "$SUBSET" ]]; then args+=(--subset "$SUBSET"); fi
 if [[ -n "$TOKENIZER" ]]; then args+=(--tokenizer "$TOKENIZER"); fi
 if [[ -n "$MODEL_PATH" ]]; then args+=(--model-path "$MODEL_PATH"); fi
+if [[ -n "$CACHE_DIR" ]]; then args+=(--cache-dir "$CACHE_DIR"); fi
 
 exec "$PYTHON" -m sprint orchestrate "${args[@]}" "$@"

@@ -27,6 +27,7 @@ API="${API:-completions}"                                 # completions | chat
 TOKENIZER="${TOKENIZER:-}"
 MODEL_PATH="${MODEL_PATH:-}"
 OUT_DIR="${OUT_DIR:-outputs/baseline}"
+CACHE_DIR="${CACHE_DIR:-}"                                # response cache, empty = OUT_DIR/llm_cache (pass --no-cache for none)
 
 args=(
   --model "$MODEL" --server-url "$SERVER_URL" --temp "$TEMP" --top-p "$TOP_P" --max-tokens "$MAX_TOKENS"
@@ -36,5 +37,6 @@ args=(
 if [[ -n "$SUBSET" ]]; then args+=(--subset "$SUBSET"); fi
 if [[ -n "$TOKENIZER" ]]; then args+=(--tokenizer "$TOKENIZER"); fi
 if [[ -n "$MODEL_PATH" ]]; then args+=(--model-path "$MODEL_PATH"); fi
+if [[ -n "$CACHE_DIR" ]]; then args+=(--cache-dir "$CACHE_DIR"); fi
 
 exec "$PYTHON" -m sprint baseline "${args[@]}" "$@"

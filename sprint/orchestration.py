@@ -21,6 +21,11 @@ Choices this module makes (documented in the CLI help as well):
   also has the client's own HTTP retries); then the problem is retried as a whole up to
   `problem_retries` times; then it is recorded as `status: "error"` (`retryable` when transient,
   so re-running the command redoes it). A failure never stops the other problems.
+- An unexpected exception while solving one problem (a bug, a surprise in grading) is recorded
+  as `status: "crashed"` (retryable) and the run goes on; only a UserError stops it.
+- Responses are cached on disk (default OUT_DIR/llm_cache, `--no-cache` to switch off), so a
+  resumed run does not pay again for calls answered before a crash. Per-call seeds come from
+  `--seed`, so the cache replays the same samples; another seed draws new ones.
 
 Two schedules (`--schedule`):
 - barrier (default; what the authors' reference code does): a phase's executors start when its
@@ -57,6 +62,7 @@ from sprint.errors import UserError
 from sprint.latency import SCHEDULES
 from sprint.llm import TRANSIENT_KINDS, Completion, LLMClient, LLMConfig, LLMError, OnText, Sampling
 from sprint.records import RunDir
+from sprint.stage import crash_record, resolve_cache_dir
 from sprint.tasks import TASK_NAMES, Problem, TaskAdapter, get_task, load_problems
 from sprint.trajectory import Execution, Phase, Prompt, Trajectory, normalize_plan, render_question
 
@@ -722,13 +728,30 @@ async def baseline_problem(
     return record
 
 
+def _answered(record: dict) -> bool:
+    """A problem that ended with a final answer (as sprint.metrics counts `answered`)."""
+    return record.get("status") == "ok" and record.get("predicted") is not None
+
+
+def accuracy_text(correct: int, answered: int, total: int) -> str:
+    """`80.0% (24/30; 100.0% of answered)`: over all problems first (failed and unanswered ones
+    count as wrong, the primary metric), the flattering over-answered figure only beside it."""
+    if not total:
+        return "n/a"
+    of_answered = f"{correct / answered:.1%}" if answered else "n/a"
+    return f"{correct / total:.1%} ({correct}/{total}; {of_answered} of answered)"
+
+
 class Progress:
     """A tqdm bar whose postfix shows accuracy so far (resumed records included)."""
 
     def __init__(self, total: int, done: list[dict], enabled: bool) -> None:
-        self.correct = sum(1 for r in done if r.get("correct") is True)
-        self.graded = sum(1 for r in done if r.get("correct") is not None)
-        self.errors = sum(1 for r in done if r.get("status") != "ok")
+        self.seen = 0
+        self.correct = 0
+        self.answered = 0
+        self.errors = 0
+        for record in done:
+            self._count(record)
         self.bar = None
         if enabled:
             from tqdm import tqdm
@@ -736,16 +759,19 @@ class Progress:
             self.bar = tqdm(total=total, initial=len(done), unit="problem", dynamic_ncols=True)
             self._postfix()
 
+    def _count(self, record: dict) -> None:
+        self.seen += 1
+        self.correct += record.get("correct") is True
+        self.answered += _answered(record)
+        self.errors += record.get("status") != "ok"
+
     def _postfix(self) -> None:
         if self.bar is not None:
-            acc = f"{self.correct / self.graded:.1%}" if self.graded else "-"
-            self.bar.set_postfix(acc=acc, correct=self.correct, errors=self.errors, refresh=False)
+            acc = accuracy_text(self.correct, self.answered, self.seen) if self.seen else "-"
+            self.bar.set_postfix_str(f"acc={acc}, errors={self.errors}", refresh=False)
 
     def update(self, record: dict) -> None:
-        if record.get("correct") is not None:
-            self.graded += 1
-            self.correct += bool(record["correct"])
-        self.errors += record.get("status") != "ok"
+        self._count(record)
         if self.bar is not None:
             self._postfix()
             self.bar.update(1)
@@ -755,6 +781,17 @@ class Progress:
             self.bar.close()
 
 
+def _crash(problem: Problem, task: TaskAdapter, exc: BaseException, text: dict[str, Any]) -> dict[str, Any]:
+    """The record of a problem whose solving raised something unexpected (a bug, a surprise in
+    grading): retryable, so a fixed re-run redoes it; `text` gives the stage's text fields."""
+    base = {
+        "id": problem.id, "index": problem.index, "task": task.name, "question": problem.question,
+        "gold": problem.gold, "predicted": None, "correct": None, **text,
+        "prompt_tokens": 0, "completion_tokens": 0, "calls": [], "attempts": 0, "error_kind": None,
+    }
+    return crash_record(base, exc)
+
+
 async def run_pool(
     problems: list[Problem],
     solve: Callable[[Problem], Any],
@@ -762,8 +799,13 @@ async def run_pool(
     workers: int,
     progress: bool = True,
     text_of: Callable[[dict], str] = lambda record: record["trajectory"],
+    on_crash: Callable[[Problem, BaseException], dict[str, Any]] | None = None,
 ) -> None:
-    """Solve the problems not yet in `run_dir` with at most `workers` in flight; append as they finish."""
+    """Solve the problems not yet in `run_dir` with at most `workers` in flight; append as they finish.
+
+    An unexpected exception in one problem becomes the record `on_crash` builds and the others go
+    on (as `sprint.stage.run_items` does); a UserError, or any exception without `on_crash`, stops the run.
+    """
     todo = [p for p in problems if not run_dir.is_done(p.id)]
     done = [run_dir.done[p.id] for p in problems if run_dir.is_done(p.id)]
     bar = Progress(len(problems), done, progress)
@@ -777,7 +819,18 @@ async def run_pool(
                 problem = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            record = await solve(problem)
+            started = time.time()
+            try:
+                record = await solve(problem)
+            except (UserError, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # a bug or surprise in one problem must not sink the others
+                if on_crash is None:
+                    raise
+                log.warning("problem %s crashed: %s: %s; recorded as crashed (retryable)", problem.id,
+                            type(exc).__name__, exc)
+                log.debug("traceback of the crash of problem %s", problem.id, exc_info=True)
+                record = {**on_crash(problem, exc), "start": started, "end": time.time()}
             _write_text(run_dir.path / "trajectories" / f"{safe_id(problem.id)}.txt", text_of(record) + "\n")
             run_dir.append(record)
             bar.update(record)
@@ -789,15 +842,19 @@ async def run_pool(
 
 
 def summarize(records: list[dict]) -> dict[str, Any]:
+    """Headline counts of a run. `accuracy` is over all problems (failed and unanswered ones count
+    as wrong, as in sprint.metrics); `accuracy_answered` only over those with a final answer."""
     ok = [r for r in records if r.get("status") == "ok"]
-    graded = [r for r in ok if r.get("correct") is not None]
-    correct = sum(1 for r in graded if r["correct"])
+    correct = sum(1 for r in ok if r.get("correct") is True)
+    answered = sum(1 for r in records if _answered(r))
     out: dict[str, Any] = {
         "problems": len(records),
         "ok": len(ok),
         "errors": len(records) - len(ok),
         "correct": correct,
-        "accuracy": round(correct / len(graded), 4) if graded else None,
+        "answered": answered,
+        "accuracy": round(correct / len(records), 4) if records else None,
+        "accuracy_answered": round(correct / answered, 4) if answered else None,
         "no_answer": sum(1 for r in ok if r.get("predicted") is None),
         "completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in records),
     }
@@ -864,7 +921,8 @@ class OrchestrationConfig:
     problem_retries: int = 1
     timeout: float = 600.0
     max_retries: int = 3
-    cache_dir: str | None = None
+    cache_dir: str | None = None  # None: OUT_DIR/llm_cache (as the curation stages)
+    use_cache: bool = True  # False: no response cache at all (--no-cache)
     model_path: str | None = None  # a local checkpoint: lets us start vLLM when nothing answers
     schedule: str = "barrier"  # barrier (reference code) | stream (executors start at their </prompt>)
 
@@ -891,12 +949,27 @@ class OrchestrationConfig:
             schedule=self.schedule,
         )
 
+    def cache_path(self) -> Path | None:
+        return resolve_cache_dir(Path(self.out_dir), self.cache_dir, self.use_cache)
+
     def identity(self) -> dict[str, Any]:
-        """Config for RunDir: the model path is kept out (where a model was loaded from is not what it is)."""
-        config = asdict(self)
-        config.pop("model_path")
-        config["agent_prompt_sha256"] = hashlib.sha256(load_agent_prompt(self.agent_prompt).encode()).hexdigest()[:16]
-        return config
+        return _run_config(self)
+
+
+def _run_config(cfg: OrchestrationConfig | BaselineConfig) -> dict[str, Any]:
+    """Config for RunDir (the manifest's `config`; its non-volatile keys are the run's identity).
+
+    The model path is kept out (where a model was loaded from is not what it is). `cache_dir`
+    holds the cache actually used (None: no cache); it is volatile in sprint.records, so a run
+    resumed with another cache location, or none, is the same run.
+    """
+    config = asdict(cfg)
+    config.pop("model_path")
+    config.pop("use_cache")
+    cache = cfg.cache_path()
+    config["cache_dir"] = str(cache) if cache is not None else None
+    config["agent_prompt_sha256"] = hashlib.sha256(load_agent_prompt(cfg.agent_prompt).encode()).hexdigest()[:16]
+    return config
 
 
 def problems_fingerprint(problems: list[Problem]) -> str:
@@ -915,7 +988,7 @@ async def _orchestrate_async(
     cfg: OrchestrationConfig, problems: list[Problem], task: TaskAdapter, fmt: PromptFormat, run_dir: RunDir, progress: bool
 ) -> dict[str, Any]:
     settings = cfg.settings()
-    cache = Path(cfg.cache_dir) if cfg.cache_dir else None
+    cache = cfg.cache_path()
     planner_cfg = LLMConfig(cfg.planner_server_url, cfg.planner_model, max_concurrency=cfg.max_problem_workers,
                             timeout=cfg.timeout, max_retries=cfg.max_retries, cache_dir=cache)
     executor_cfg = LLMConfig(str(cfg.executor_server_url), str(cfg.executor_model),
@@ -930,7 +1003,12 @@ async def _orchestrate_async(
         def solve(problem: Problem) -> Any:
             return solve_problem(problem, task, fmt, planner, executor, settings, slots)
 
-        await run_pool(problems, solve, run_dir, cfg.max_problem_workers, progress)
+        def on_crash(problem: Problem, exc: BaseException) -> dict[str, Any]:
+            text = {"trajectory": Trajectory(problem.question).render(), "num_phases": 0, "num_prompts": 0,
+                    "forced_final": None, "truncated_plans": None}
+            return _crash(problem, task, exc, text)
+
+        await run_pool(problems, solve, run_dir, cfg.max_problem_workers, progress, on_crash=on_crash)
         planner_usage, executor_usage = planner.usage.as_dict(), executor.usage.as_dict()
     return {
         "planner": planner_usage,
@@ -991,7 +1069,8 @@ class BaselineConfig:
     problem_retries: int = 1
     timeout: float = 1800.0
     max_retries: int = 3
-    cache_dir: str | None = None
+    cache_dir: str | None = None  # None: OUT_DIR/llm_cache (as the curation stages)
+    use_cache: bool = True  # False: no response cache at all (--no-cache)
     model_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -1000,11 +1079,11 @@ class BaselineConfig:
         if self.max_problem_workers < 1:
             raise UserError("--max-problem-workers must be at least 1")
 
+    def cache_path(self) -> Path | None:
+        return resolve_cache_dir(Path(self.out_dir), self.cache_dir, self.use_cache)
+
     def identity(self) -> dict[str, Any]:
-        config = asdict(self)
-        config.pop("model_path")
-        config["agent_prompt_sha256"] = hashlib.sha256(load_agent_prompt(self.agent_prompt).encode()).hexdigest()[:16]
-        return config
+        return _run_config(self)
 
 
 def baseline(
@@ -1021,7 +1100,7 @@ def baseline(
 
     async def main() -> dict[str, Any]:
         config = LLMConfig(cfg.server_url, cfg.model, max_concurrency=cfg.max_problem_workers, timeout=cfg.timeout,
-                           max_retries=cfg.max_retries, cache_dir=Path(cfg.cache_dir) if cfg.cache_dir else None)
+                           max_retries=cfg.max_retries, cache_dir=cfg.cache_path())
         async with LLMClient(config) as client:
             if any(not run_dir.is_done(p.id) for p in problems):
                 await client.check()
@@ -1032,7 +1111,11 @@ def baseline(
             def text_of(record: dict) -> str:
                 return render_question(record["question"]) + "\n\n" + (THINK if fmt.think else "") + record["generation"]
 
-            await run_pool(problems, solve, run_dir, cfg.max_problem_workers, progress, text_of)
+            def on_crash(problem: Problem, exc: BaseException) -> dict[str, Any]:
+                text = {"generation": "", "finish_reason": None, "sequential_tokens": 0}
+                return _crash(problem, task, exc, text)
+
+            await run_pool(problems, solve, run_dir, cfg.max_problem_workers, progress, text_of, on_crash)
             return client.usage.as_dict()
 
     with _servers([(cfg.server_url, cfg.model, cfg.model_path)]):
@@ -1075,15 +1158,17 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem-retries", type=int, default=1, help="re-runs of a problem after a transient LLM failure")
     p.add_argument("--timeout", type=float, default=None, help="seconds per model call")
     p.add_argument("--max-retries", type=int, default=3, help="HTTP retries per call on transient errors")
-    p.add_argument("--cache-dir", default=None, help="on-disk response cache (re-runs become free)")
+    p.add_argument("--cache-dir", default=None,
+                   help="on-disk response cache (default: OUT_DIR/llm_cache); calls answered before a crash "
+                        "are not paid again on resume. Sampled answers are replayed: change --seed for new samples")
+    p.add_argument("--no-cache", dest="use_cache", action="store_false", help="do not read or write the response cache")
     p.add_argument("--overwrite", action="store_true", help="replace a run folder holding a different configuration")
     p.add_argument("--no-retry-failed", dest="retry_failed", action="store_false", help="keep failed records on resume")
     p.add_argument("--no-progress", dest="progress", action="store_false")
 
 
 def _print_summary(summary: dict[str, Any], out_dir: str) -> None:
-    acc = summary.get("accuracy")
-    acc_text = f"{acc:.1%}" if acc is not None else "n/a"
+    acc_text = accuracy_text(summary["correct"], summary["answered"], summary["problems"])
     print(f"{summary['problems']} problems ({summary['errors']} errors), accuracy {acc_text}; results in {out_dir}")
 
 
@@ -1119,6 +1204,7 @@ def _orchestrate_command(args: argparse.Namespace) -> int:
         timeout=args.timeout or 600.0,
         max_retries=args.max_retries,
         cache_dir=args.cache_dir,
+        use_cache=args.use_cache,
         model_path=args.model_path,
         schedule=args.schedule,
     )
@@ -1151,6 +1237,7 @@ def _baseline_command(args: argparse.Namespace) -> int:
         timeout=args.timeout or 1800.0,
         max_retries=args.max_retries,
         cache_dir=args.cache_dir,
+        use_cache=args.use_cache,
         model_path=args.model_path,
     )
     summary = baseline(cfg, overwrite=args.overwrite, retry_failed=args.retry_failed, progress=args.progress)

@@ -4,8 +4,10 @@ retries, failures, the forced final phase, concurrency, resumption, the CLI and 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -523,9 +525,11 @@ def test_shell_scripts_drive_the_cli(tmp_path: Path) -> None:
         result = _run_script("run_agent_orchestration.sh", {
             "PLANNER_MODEL": "test-model", "PLANNER_SERVER_URL": srv.base_url, "TEST_DATA": data,
             "OUT_DIR": str(tmp_path / "orch"), "PROMPT_MODE": "raw", "PLANNER_OUTPUT_TOKEN_LIMIT": "200",
-            "MAX_TOKENS": "100", "MAX_PHASES": "5", "SPLIT": "test",
+            "MAX_TOKENS": "100", "MAX_PHASES": "5", "SPLIT": "test", "CACHE_DIR": str(tmp_path / "orch-cache"),
         }, "--agent-prompt", agent, "--no-progress")
         assert result.returncode == 0, result.stderr[-2000:]
+    assert len(list((tmp_path / "orch-cache").glob("*/*.json"))) == len(SCRIPT)  # CACHE_DIR reached the CLI
+    assert not (tmp_path / "orch" / "llm_cache").exists()
     orch = json.loads((tmp_path / "orch" / "manifest.json").read_text())
     assert orch["config"]["max_phases"] == 5 and orch["config"]["planner_max_tokens"] == 200
     assert _records(tmp_path / "orch")[0]["correct"] is True
@@ -538,6 +542,7 @@ def test_shell_scripts_drive_the_cli(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr[-2000:]
         assert srv.completion_requests[0][1]["max_tokens"] == 64
     assert _records(tmp_path / "base")[0]["correct"] is True
+    assert list((tmp_path / "base" / "llm_cache").glob("*/*.json"))  # empty CACHE_DIR: the default cache
 
 
 def test_model_path_starts_vllm_only_when_nothing_answers_locally(tmp_path: Path) -> None:
@@ -557,3 +562,126 @@ def test_model_path_starts_vllm_only_when_nothing_answers_locally(tmp_path: Path
                               data=data, prompt_mode="raw", model_path=str(tmp_path))
     with pytest.raises(UserError, match="no config.json"):
         orchestrate(cfg, progress=False)
+
+
+# ---- crash guard, response cache, summary line --------------------------------------------------
+
+
+def _solver(body: dict, endpoint: str) -> str:
+    """Planner: one prompt, then the answer 5; executors: a line of work; baseline (max_tokens 90): the answer."""
+    prompt = body["prompt"]
+    if body["max_tokens"] == 90:
+        return "2+3 = 5.\n</think>\nSo \\boxed{5}."
+    if _is_executor(prompt):
+        return "2+3 = 5."
+    if prompt.endswith("<Final_answer>\n") or "<Plan_1>" in prompt:
+        return "<Final_answer>\n\\boxed{5}\n</Final_answer>"
+    return "<Plan_1>\nAdd. <prompt_1.1> Add them. </prompt_1.1>\n</Plan_1>"
+
+
+def _stage_argv(stage: str, url: str, data: str, out: Path, agent: str) -> list[str]:
+    common = ["--data", data, "--out-dir", str(out), "--prompt-mode", "raw", "--agent-prompt", agent,
+              "--no-progress", "--max-retries", "0"]
+    if stage == "orchestrate":
+        return ["orchestrate", "--planner-model", "test-model", "--planner-url", url, "--planner-max-tokens", "200",
+                "--max-tokens", "100", *common]
+    return ["baseline", "--model", "test-model", "--server-url", url, "--max-tokens", "90", *common]
+
+
+@pytest.mark.parametrize("stage", ["orchestrate", "baseline"])
+def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
+    tmp_path: Path, stage: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from sprint import orchestration
+    from sprint.errors import UserError
+
+    real_seed = orchestration.call_seed
+
+    def seed_with_a_bug(seed: int | None, *parts: object) -> int | None:
+        if parts[0] == "test_demo_1":  # every call of this one problem, in both stages
+            raise ZeroDivisionError("division by zero in problem 1")
+        return real_seed(seed, *parts)
+
+    monkeypatch.setattr(orchestration, "call_seed", seed_with_a_bug)
+    data = _data(tmp_path, ["What is 2+3?", "What is 1+4?", "What is 0+5?"])
+    out = tmp_path / stage
+    argv = _stage_argv(stage, "{url}", data, out, _agent_file(tmp_path))
+    caplog.set_level(logging.DEBUG, logger="sprint.orchestration")
+    with FakeServer(_solver) as srv:
+        code = cli.main([a.replace("{url}", srv.base_url) for a in argv])
+    assert code == 0 and srv.errors == []
+    records = {r["id"]: r for r in _records(out)}
+    assert set(records) == {"test_demo_0", "test_demo_1", "test_demo_2"}
+    crashed = records.pop("test_demo_1")
+    assert crashed["status"] == "crashed" and crashed["retryable"] is True
+    assert crashed["error"] == "ZeroDivisionError: division by zero in problem 1"  # readable, no traceback
+    assert crashed["correct"] is None and crashed["predicted"] is None and crashed["question"] == "What is 1+4?"
+    assert all(r["status"] == "ok" and r["correct"] is True for r in records.values())
+    assert (out / "trajectories" / "test_demo_1.txt").read_text().startswith("<Question>\nWhat is 1+4?\n</Question>")
+    # the traceback goes to the debug log, the one-line reason to the warning
+    crash_logs = [r for r in caplog.records if "test_demo_1" in r.getMessage()]
+    assert any(r.levelno == logging.WARNING and "ZeroDivisionError" in r.getMessage() for r in crash_logs)
+    assert any(r.levelno == logging.DEBUG and r.exc_info for r in crash_logs)
+    assert "3 problems (1 errors), accuracy 66.7% (2/3; 100.0% of answered)" in capsys.readouterr().out
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"] == {"ok": 2, "crashed": 1}
+    assert (manifest["summary"]["accuracy"], manifest["summary"]["accuracy_answered"]) == (0.6667, 1.0)
+
+    # fixed: the re-run redoes the crashed problem only
+    monkeypatch.setattr(orchestration, "call_seed", real_seed)
+    with FakeServer(_solver) as srv:
+        assert cli.main([a.replace("{url}", srv.base_url) for a in argv]) == 0
+        asked = {body["prompt"].split("<Question>\n")[1].split("\n")[0] for _, body in srv.completion_requests}
+    assert asked == {"What is 1+4?"}
+    assert all(r["status"] == "ok" for r in _records(out)) and len(_records(out)) == 3
+
+    # a UserError is not a crash of one problem: it stops the run
+    def refuse(seed: int | None, *parts: object) -> int | None:
+        raise UserError("the server refuses; fix it")
+
+    monkeypatch.setattr(orchestration, "call_seed", refuse)
+    with FakeServer(_solver) as srv:
+        fresh = _stage_argv(stage, srv.base_url, data, tmp_path / "o2", _agent_file(tmp_path))
+        assert cli.main(fresh) == 2
+    assert "the server refuses" in capsys.readouterr().err
+    assert not (tmp_path / "o2" / "records.jsonl").exists()
+
+
+@pytest.mark.parametrize("stage", ["orchestrate", "baseline"])
+def test_response_cache_defaults_to_the_run_folder_and_its_location_is_not_identity(
+    tmp_path: Path, stage: str, capsys: pytest.CaptureFixture
+) -> None:
+    data = _data(tmp_path, ["What is 2+3?", "What is 1+4?"])
+    out = tmp_path / stage
+    argv = _stage_argv(stage, "{url}", data, out, _agent_file(tmp_path))
+    with FakeServer(_solver) as srv:
+        run = [a.replace("{url}", srv.base_url) for a in argv]
+        assert cli.main(run) == 0
+        first = len(srv.completion_requests)
+        default_cache = out / "llm_cache"
+        assert len(list(default_cache.glob("*/*.json"))) == first  # every answer was stored
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["config"]["cache_dir"] == str(default_cache) and "use_cache" not in manifest["config"]
+        ok_records = _records(out)
+
+        # lose the records (a crash before they were written): the default cache answers everything again
+        (out / "records.jsonl").write_bytes(b"")
+        assert cli.main(run) == 0
+        assert len(srv.completion_requests) == first
+
+        # another cache location, or none, is the same run: no --overwrite needed, nothing redone
+        other = tmp_path / "elsewhere"
+        assert cli.main([*run, "--cache-dir", str(other)]) == 0
+        assert cli.main([*run, "--no-cache"]) == 0
+        assert len(srv.completion_requests) == first and not other.exists()
+
+        # with --no-cache every call goes to the server and nothing is stored
+        (out / "records.jsonl").write_bytes(b"")
+        shutil.rmtree(default_cache)
+        assert cli.main([*run, "--no-cache"]) == 0
+        assert len(srv.completion_requests) == 2 * first and not default_cache.exists()
+        assert json.loads((out / "manifest.json").read_text())["config"]["cache_dir"] is None
+    assert "problems (0 errors), accuracy 100.0% (2/2; 100.0% of answered)" in capsys.readouterr().out
+    strip = lambda r: {k: v for k, v in r.items() if k not in {"start", "end", "calls"}}  # noqa: E731
+    assert sorted(map(json.dumps, map(strip, _records(out)))) == sorted(map(json.dumps, map(strip, ok_records)))

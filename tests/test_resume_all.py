@@ -520,13 +520,6 @@ def test_evaluate_rerun_after_kill_matches_an_uninterrupted_run(tmp_path: Path) 
     assert (run / "records.jsonl").read_bytes().count(b"\n") == 300  # the input is never touched
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "orchestrate/baseline keep no response cache unless --cache-dir is given (OrchestrationConfig.cache_dir and "
-    "BaselineConfig.cache_dir default to None), so a crash throws away every call of the problems in flight: on "
-    "resume they are asked again, and for 16k-token baseline generations that is the costly part. The curation "
-    "stages default to OUT_DIR/llm_cache. Expected: the same default here (cache_dir None -> OUT_DIR/llm_cache, "
-    "with a --no-cache switch), so calls answered before a crash are cache hits after it."
-), raises=AssertionError)
 @pytest.mark.parametrize("stage", ["orchestrate", "baseline"])
 def test_calls_answered_before_a_crash_are_not_paid_twice_by_default(tmp_path: Path, stage: str) -> None:
     data, _ = math_rows(tmp_path, 4)
