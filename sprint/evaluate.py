@@ -18,18 +18,22 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import logging
 import re
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from sprint import __version__
 from sprint import metrics as M
 from sprint.data import safe_id
 from sprint.errors import UserError
+from sprint.records import git_commit, package_versions, text_hash
 from sprint.trajectory import TokenCounts, Trajectory, TrajectoryError, count_tokens, parse, render_question
 
 log = logging.getLogger(__name__)
@@ -40,6 +44,7 @@ SPRINT_PREFIX = "planner_trajectory_"
 BASELINE_PREFIX = "base_model_trajectory_"
 ID_COLUMNS = ("id", "unique_id", "ProblemIdx", "problem_id", "idx", "index", "Record ID")
 ANSWER_COLUMNS = ("answer", "gold", "gold_answer", "target_answer")
+MAX_WARNINGS = 5  # malformed trajectories named on the terminal; the rest are counted
 
 
 # --------------------------------------------------------------------------- loading runs
@@ -382,6 +387,7 @@ class Evaluation:
     baselines: list[RunResult]
     out_dir: Path | None
     files: dict[str, Path]
+    warnings: list[str] = field(default_factory=list)  # malformed trajectories; the CLI prints them
 
 
 def _as_paths(value: str | Path | Sequence[str | Path] | None) -> list[Path]:
@@ -482,6 +488,76 @@ def _count_all(
     return out
 
 
+def malformed_warnings(runs: list[LoadedRun], parsed: dict[tuple[int, int], _Counted],
+                       limit: int = MAX_WARNINGS) -> list[str]:
+    """One line per malformed SPRINT trajectory (the first `limit`, then a count).
+
+    metrics.json only says how many were malformed; the user needs to know which file and why.
+    """
+    bad = [(runs[ri].problems[pi], got.error) for (ri, pi), got in sorted(parsed.items()) if got.malformed]
+    lines = [f"{prob.source or prob.id}: {err}; scored leniently" for prob, err in bad[:limit]]
+    if len(bad) > limit:
+        lines.append(f"… and {len(bad) - limit} more malformed trajectories (`malformed` in metrics.json)")
+    return lines
+
+
+def _input_files(path: Path) -> tuple[Path, list[Path]]:
+    """The folder `load_run` reads for one run argument, and the files in it that it may read."""
+    p = path.expanduser()
+    if p.is_file():
+        return p.parent, [p, *sorted((p.parent / "trajectories").glob("*.txt"))]
+    if (p / "records.jsonl").is_file():
+        return p, [p / "records.jsonl", *sorted((p / "trajectories").glob("*.txt"))]
+    return p, sorted(p.glob("*.txt")) or sorted((p / "trajectories").glob("*.txt"))
+
+
+def run_fingerprint(path: str | Path) -> dict[str, Any]:
+    """A hash of the names and bytes of the files a run argument points at, so a manifest says
+    exactly which outputs were scored (a resumed or edited run gets another fingerprint)."""
+    root, files = _input_files(Path(path))
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        h.update(f.read_bytes())
+        h.update(b"\0")
+    return {"path": str(path), "files": len(files), "fingerprint": h.hexdigest()[:16]}
+
+
+def _check_out(out: Path) -> None:
+    """Refuse a report folder that holds another stage's manifest (e.g. `--out RUN`): ours would replace it."""
+    try:
+        stage = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("stage")
+    except (OSError, ValueError, AttributeError):
+        stage = "evaluate" if not (out / "manifest.json").exists() else None
+    if stage != "evaluate":
+        raise UserError(f"{out} holds the manifest.json of {'a ' + repr(stage) if stage else 'another'} run, which "
+                        "the evaluation's manifest would replace; pass another --out folder")
+
+
+def write_manifest(out: Path, config: dict[str, Any], inputs: dict[str, Any], counts: dict[str, int],
+                   extra: dict[str, Any], started: float) -> Path:
+    """`manifest.json` in the shape the other stages write (`RunDir.write_manifest`), without the
+    records/resume machinery an evaluation has no use for."""
+    from sprint.report import _atomic_write
+
+    settings = {k: v for k, v in config.items() if k not in ("out_dir", "workers", "plots")}
+    manifest = {
+        "stage": "evaluate",
+        "sprint_version": __version__,
+        "git_commit": git_commit(),
+        "packages": package_versions(),
+        "config": config,
+        "config_hash": text_hash(json.dumps(settings, sort_keys=True, default=str)),
+        "inputs": {**inputs, "fingerprint": text_hash(json.dumps(inputs, sort_keys=True, default=str))},
+        "counts": counts,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **extra,
+    }
+    _atomic_write(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False, default=str))
+    return out / "manifest.json"
+
+
 def _answer(prob: RawProblem, traj: Trajectory | None) -> str | None:
     """The last `\\boxed{}` of the output; failed problems have none (they never finished)."""
     from sprint.grading import last_boxed
@@ -512,11 +588,14 @@ def evaluate(
 
     `run_dir`/`baseline`: folders (or lists of folders, one per seed). `gold`: a CSV/dataset path
     or an {id: gold} mapping, overriding golds stored in records. `task=None` takes the task from
-    the run's manifest, else "math". Outputs go to `out_dir` (default: `<first run>/evaluation`).
+    the run's manifest, else "math". Outputs go to `out_dir` (default: `<first run>/evaluation`):
+    metrics.json, report.md, plots and manifest.json. Malformed trajectories are scored leniently
+    and named in `Evaluation.warnings`.
     """
     from sprint.grading import grade_many
 
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
+    task_arg = task
     run_paths, base_paths = _as_paths(run_dir), _as_paths(baseline)
     if not run_paths and not base_paths:
         raise UserError("no run to evaluate; pass at least one run folder")
@@ -530,6 +609,9 @@ def evaluate(
     base_runs = loaded_base + [r for r in loaded if r.mode == "baseline"]
     all_runs = sprint_runs + base_runs
     _unique_labels(all_runs)
+    out = Path(out_dir) if out_dir else (all_runs[0].path / "evaluation")
+    if write:
+        _check_out(out)  # before any work
     task = task or _task_of(all_runs)
     if task not in TASKS:
         raise UserError(f"unknown task {task!r}; use one of {', '.join(TASKS)}")
@@ -542,6 +624,7 @@ def evaluate(
     for name in {str(planner_tokenizer), str(executor_tokenizer)}:
         load_tokenizer(name)  # a wrong tokenizer fails now, before any work starts
     parsed = _parse_all(all_runs)
+    warnings = malformed_warnings(all_runs, parsed)
     preds, golds, keys = [], [], []
     for ri, run in enumerate(all_runs):
         for pi, prob in enumerate(run.problems):
@@ -627,9 +710,7 @@ def evaluate(
         "timing": {"tokens_s": round(t_tokens, 3), "grading_s": round(t_grading, 3)},
     }
     files: dict[str, Path] = {}
-    out = None
     if write:
-        out = Path(out_dir) if out_dir else (all_runs[0].path / "evaluation")
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -638,8 +719,28 @@ def evaluate(
 
         metrics["timing"]["total_s"] = round(time.perf_counter() - started, 3)
         files = write_report(metrics, out, plots=plots)
+        config = {
+            "runs": [str(p) for p in run_paths], "baseline": [str(p) for p in base_paths], "task": task_arg,
+            "planner_tokenizer": str(planner_tokenizer), "executor_tokenizer": str(executor_tokenizer),
+            "gold": f"<mapping of {len(gold)} ids>" if isinstance(gold, dict) else (None if gold is None else str(gold)),
+            "out_dir": str(out), "resamples": resamples, "seed": seed, "confidence": confidence,
+            "workers": workers, "plots": plots,
+        }
+        inputs = {
+            "runs": [run_fingerprint(p) for p in run_paths],
+            "baselines": [run_fingerprint(p) for p in base_paths],
+            "gold": None if gold_map is None else {
+                "source": config["gold"], "ids": len(gold_map),
+                "fingerprint": text_hash(json.dumps(gold_map, sort_keys=True, default=str))},
+        }
+        problems = [p for r in all_runs for p in r.problems]
+        counts = {"runs": len(sprint_results), "baselines": len(base_results), "problems": len(problems),
+                  "no_text": sum(p.text is None for p in problems),
+                  "malformed": sum(got.malformed for got in parsed.values())}
+        files["manifest"] = write_manifest(out, config, inputs, counts, {"task": task, "warnings": warnings},
+                                           started_at)
     metrics["timing"]["total_s"] = round(time.perf_counter() - started, 3)
-    return Evaluation(metrics, sprint_results, base_results, out, files)
+    return Evaluation(metrics, sprint_results, base_results, out if write else None, files, warnings)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -679,6 +780,8 @@ def _main(args: argparse.Namespace) -> int:
         workers=args.workers,
         plots=not args.no_plots,
     )
+    for line in ev.warnings:
+        print(f"warning: {line}", file=sys.stderr)
     print(headline(ev.metrics))
     for name, path in ev.files.items():
         print(f"{name}: {path}")

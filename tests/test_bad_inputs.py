@@ -345,13 +345,6 @@ def test_a_trajectory_with_unbalanced_tags_is_scored_leniently(tmp_path: Path, c
     assert metrics["runs"][0]["summary"]["malformed"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "evaluate reads a trajectory with unbalanced tags leniently and counts it in metrics.json "
-    "(`malformed`) and report.md, but says nothing on the terminal: the user is never told which "
-    "file is broken or how. Expected: one warning line per malformed trajectory (or one summary line) "
-    "naming the file/id and the parse error, e.g. `warning: planner_trajectory_1.txt: unbalanced tags: "
-    "<Plan_1> ... is never closed; scored leniently`."
-), raises=AssertionError)
 def test_evaluate_names_the_malformed_trajectory(tmp_path: Path, capsys, caplog) -> None:
     tokenizer = shared_data() / "tokenizers" / "deepseek-r1-distill-qwen-7b"
     if not tokenizer.is_dir():

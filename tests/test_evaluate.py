@@ -484,3 +484,70 @@ def test_countdown_task_from_the_manifest(tmp_path: Path, tok_dir: Path) -> None
     ev = evaluate(run, planner_tokenizer=str(tok_dir), write=False, **FAST)
     assert ev.metrics["task"] == "countdown"
     assert [r["correct"] for r in ev.metrics["runs"][0]["problems"]] == [True, False]
+
+
+# --------------------------------------------------------------------------- manifest, warnings
+
+
+def test_manifest_records_config_versions_and_what_was_read(tmp_path: Path, tok_dir: Path) -> None:
+    run = write_run(tmp_path / "sprint", [sprint_record("a", TRAJECTORY), sprint_record("b", None, status="timeout")])
+    base = write_run(tmp_path / "base", [baseline_record(p, BASELINE) for p in "ab"])
+    ev = evaluate(run, baseline=base, planner_tokenizer=str(tok_dir), out_dir=tmp_path / "out", seed=3, **FAST)
+    manifest = json.loads(ev.files["manifest"].read_text())
+    assert ev.files["manifest"] == tmp_path / "out" / "manifest.json"
+    assert manifest["stage"] == "evaluate" and manifest["task"] == "math"
+    assert manifest["packages"]["sprint"] == manifest["sprint_version"] and "math-verify" in manifest["packages"]
+    assert manifest["git_commit"] is None or len(manifest["git_commit"]) == 40
+    config = manifest["config"]
+    assert config["runs"] == [str(run)] and config["baseline"] == [str(base)] and config["seed"] == 3
+    assert config["planner_tokenizer"] == config["executor_tokenizer"] == str(tok_dir)
+    inputs = manifest["inputs"]
+    assert [i["path"] for i in inputs["runs"]] == [str(run)] and inputs["runs"][0]["files"] == 1
+    assert manifest["counts"] == {"runs": 1, "baselines": 1, "problems": 4, "no_text": 1, "malformed": 0}
+
+    # the fingerprint follows the bytes read: same folder, same print; one record changed, another
+    again = evaluate(run, baseline=base, planner_tokenizer=str(tok_dir), out_dir=tmp_path / "out2", seed=3, **FAST)
+    second = json.loads(again.files["manifest"].read_text())
+    assert second["inputs"] == inputs and second["config_hash"] == manifest["config_hash"]  # out_dir is not a setting
+    write_run(run, [sprint_record("a", TRAJECTORY.replace("\\boxed{14}", "\\boxed{15}")),
+                    sprint_record("b", None, status="timeout")])
+    changed = evaluate(run, baseline=base, planner_tokenizer=str(tok_dir), out_dir=tmp_path / "out3", seed=4, **FAST)
+    third = json.loads(changed.files["manifest"].read_text())
+    assert third["inputs"]["runs"][0]["fingerprint"] != inputs["runs"][0]["fingerprint"]
+    assert third["inputs"]["baselines"] == inputs["baselines"]
+    assert third["config_hash"] != manifest["config_hash"]  # the seed changes the numbers
+
+
+def test_malformed_trajectories_are_named_on_stderr_and_capped(tmp_path: Path, tok_dir: Path, capsys) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    unclosed = TRAJECTORY.replace("</Plan_2>\n", "")
+    for i in range(7):
+        (logs / f"planner_trajectory_{i}.txt").write_text(unclosed if i != 3 else TRAJECTORY)
+    gold = tmp_path / "gold.csv"
+    gold.write_text("id,answer\n" + "".join(f"{i},14\n" for i in range(7)))
+    code = cli.main(["evaluate", str(logs), "--gold", str(gold), "--out", str(tmp_path / "out"), "--bootstrap", "0",
+                     "--workers", "1", "--no-plots", "--planner-tokenizer", str(tok_dir)])
+    assert code == 0
+    said = capsys.readouterr()
+    warnings = [line for line in said.err.splitlines() if line.startswith("warning: ")]
+    named = [f"planner_trajectory_{i}.txt" for i in (0, 1, 2, 4, 5)]  # the first five malformed ones
+    assert len(warnings) == 6 and "planner_trajectory_3" not in said.err
+    for line, name in zip(warnings, named):
+        assert name in line and "<Plan_2>" in line and "never closed" in line
+    assert "and 1 more" in warnings[-1] and "warning" not in said.out
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["runs"][0]["summary"]["malformed"] == 6
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["malformed"] == 6 and manifest["warnings"] == [w[len("warning: "):] for w in warnings]
+
+
+def test_report_into_a_run_folder_is_refused(tmp_path: Path, tok_dir: Path) -> None:
+    run = write_run(tmp_path / "sprint", [sprint_record("a", TRAJECTORY)])
+    before = (run / "manifest.json").read_text()
+    with pytest.raises(UserError, match="'orchestrate'.*another --out"):
+        evaluate(run, planner_tokenizer=str(tok_dir), out_dir=run, **FAST)
+    assert (run / "manifest.json").read_text() == before and not (run / "metrics.json").exists()
+    ev = evaluate(run, planner_tokenizer=str(tok_dir), **FAST)  # the default folder, twice: its own manifest
+    ev = evaluate(run, planner_tokenizer=str(tok_dir), **FAST)
+    assert ev.out_dir == run / "evaluation" and (run / "evaluation" / "manifest.json").is_file()

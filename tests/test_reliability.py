@@ -340,12 +340,6 @@ def test_every_stage_writes_a_full_manifest(tmp_path: Path) -> None:
     print(json.dumps(json.loads((tmp_path / "c" / "manifest.json").read_text()), indent=1)[:1500])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "evaluate writes metrics.json/report.md but no manifest: nothing records the package versions, the git "
-    "commit or a fingerprint of the run folders it read, so an evaluation is not reproducible from its outputs. "
-    "Expected: EVAL_OUT/manifest.json (RunDir-style: stage 'evaluate', sprint_version, git_commit, packages, "
-    "config = the CLI options, inputs with a fingerprint per run folder)."
-), raises=FileNotFoundError)
 def test_evaluate_writes_a_manifest(tmp_path: Path) -> None:
     from test_resume_all import TOKENIZER_DIR, shared_data, sprint_run
 
