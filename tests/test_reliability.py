@@ -215,7 +215,9 @@ def test_orchestration_of_30_problems_under_faults_loses_nothing(tmp_path: Path,
             assert r == ok_before[r["id"]]
         elif r["id"] in retry_ids:
             assert r["status"] == "ok" and r["correct"] is True
-    assert f"{N} problems (0 errors), accuracy 100.0%" in capsys.readouterr().out
+    # garbage that lands in an ok problem's final answer makes it wrong, so accuracy is read off the records
+    correct = sum(bool(r["correct"]) for r in final)
+    assert f"{N} problems (0 errors), accuracy {100 * correct / N:.1f}% ({correct}/{N}" in capsys.readouterr().out
 
 
 @pytest.mark.slow
