@@ -39,7 +39,7 @@ from make_trajectories import make_problems, write_problems
 
 from sprint.latency import LatencyModel, critical_path_timeline
 from sprint.orchestration import OrchestrationConfig, PromptFormat, load_agent_prompt, orchestrate
-from sprint.replay import DEFAULT_BASELINE_MODEL, DEFAULT_MODEL, DEFAULT_TOKENIZER, Splitter
+from sprint.replay import DEFAULT_MODEL, DEFAULT_TOKENIZER, Splitter
 from sprint.serve import free_port
 from sprint.trajectory import Trajectory, parse, render_question
 

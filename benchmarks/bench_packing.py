@@ -146,7 +146,7 @@ def main() -> None:
     print(proc.stdout.rstrip())
     summary = json.loads((out / "summary.json").read_text())
     sizes = {name: (out / name).stat().st_size / 1e6 for name in ("train.jsonl", "test.jsonl", "records.jsonl")}
-    print(f"outputs: " + ", ".join(f"{k} {v:.0f} MB" for k, v in sizes.items()))
+    print("outputs: " + ", ".join(f"{k} {v:.0f} MB" for k, v in sizes.items()))
     print(f"python -m sprint pack: {wall:.1f} s wall for {args.n} traces ({args.n / wall:.0f} traces/s; "
           f"{summary['seconds']:.1f} s inside pack(); {cpu:.1f} s CPU; peak RSS {peak_mb:.0f} MB); "
           f"target < {TARGET_S:.0f} s: {'met' if wall < TARGET_S else 'MISSED'}")

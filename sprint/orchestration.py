@@ -55,7 +55,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from sprint.data import resolve_local, safe_id
 from sprint.errors import UserError
@@ -869,19 +868,15 @@ def summarize(records: list[dict]) -> dict[str, Any]:
 # Stage entry points
 
 
-def _is_local(url: str) -> bool:
-    return (urlparse(url).hostname or "") in {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
-
-
 @contextlib.contextmanager
 def _servers(targets: list[tuple[str, str, str | None]]) -> Iterator[None]:
     """Start vLLM for local URLs where nothing answers and a model path is known; stop it after."""
-    from sprint.serve import ensure_server
+    from sprint.serve import ensure_server, is_local
 
     with contextlib.ExitStack() as stack:
         seen: set[tuple[str, str]] = set()
         for url, model, model_path in targets:
-            if (url, model) in seen or not model_path or not _is_local(url):
+            if (url, model) in seen or not model_path or not is_local(url):
                 continue
             seen.add((url, model))
             stack.enter_context(ensure_server(url, model, model_path))

@@ -291,7 +291,8 @@ def local_vllm(
         server.stop()
 
 
-def _is_local(base_url: str) -> bool:
+def is_local(base_url: str) -> bool:
+    """Whether the URL names this machine (the only place we may start a server)."""
     return (urlparse(base_url).hostname or "") in LOCAL_HOSTS
 
 
@@ -335,8 +336,8 @@ def ensure_server(
             )
         yield base_url
         return
-    if not (_is_local(base_url) and model_path):
-        where = "start a server there first" if _is_local(base_url) else "check the URL, or start a server on that host"
+    if not (is_local(base_url) and model_path):
+        where = "start a server there first" if is_local(base_url) else "check the URL, or start a server on that host"
         raise UserError(f"nothing answers at {base_url}; {where}, e.g. {start_hint(base_url, model, model_path)}")
     if urlparse(base_url).path.rstrip("/") != "/v1":
         raise UserError(f"cannot start vLLM for {base_url}: vLLM serves under /v1, so use http://127.0.0.1:PORT/v1")
