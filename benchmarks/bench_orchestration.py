@@ -143,11 +143,16 @@ def run_orchestrate(url: str, data: str, out: Path, schedule: str, workers: int,
         max_execution_workers=exec_workers, max_retries=0, timeout=600.0,
     )
     orchestrate(cfg, progress=False, overwrite=True)
+    return ok_records(out, "problem")
+
+
+def ok_records(out: Path, what: str) -> dict[str, dict]:
+    """The run's records by id; a failed one stops the benchmark (its figures would be wrong)."""
     records = {}
     for line in (out / "records.jsonl").read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
         if record["status"] != "ok":
-            raise SystemExit(f"problem {record['id']} failed: {record['error']}")
+            raise SystemExit(f"{what} {record['id']} failed: {record['error']}")
         records[record["id"]] = record
     return records
 

@@ -24,7 +24,6 @@ each other (slower: problems then run one at a time).
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from bench_orchestration import (
     calls_end,
     data_root,
     make_workload,
+    ok_records,
     prompt_overhead,
     replay_process,
     run_orchestrate,
@@ -53,13 +53,7 @@ def run_baseline(url: str, work: Workload, out: Path, workers: int) -> dict[str,
                          prompt_mode="raw", max_tokens=100_000, max_problem_workers=workers, max_retries=0,
                          timeout=3600.0, temperature=0.0)
     baseline(cfg, progress=False, overwrite=True)
-    records = {}
-    for line in (out / "records.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        if record["status"] != "ok":
-            raise SystemExit(f"baseline of {record['id']} failed: {record['error']}")
-        records[record["id"]] = record
-    return records
+    return ok_records(out, "baseline of")
 
 
 def buckets(lengths: dict[str, int]) -> list[tuple[str, list[str]]]:
