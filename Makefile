@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: install install-vllm install-swift test test-fast demo bench clean
+.PHONY: install install-vllm install-swift install-rl test test-fast demo bench clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -18,8 +18,12 @@ install-vllm:
 install-swift:
 	bash scripts/install_swift.sh
 
+# ms-swift + vLLM + sprint in one venv, for latency-aware GRPO (run_grpo.sh, tests/test_rl_*.py).
+install-rl:
+	bash scripts/install_rl.sh
+
 # Everything, real vLLM server and real ms-swift training included.
-test: install install-vllm install-swift
+test: install install-vllm install-swift install-rl
 	$(VENV)/bin/python -m pytest -q
 
 # Offline unit tests only (no vLLM, no ms-swift).

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPRINT inference: planner/executor orchestration against OpenAI-compatible servers (vLLM).
-# Every variable can be overridden from the environment, e.g.
+# Every variable can be set from the environment, e.g.
 #   PLANNER_MODEL=sprint-7b RANGE=0:50 OUT_DIR=outputs/sprint-math500 ./run_agent_orchestration.sh
-# Extra arguments are passed on to `python -m sprint orchestrate` (see its --help).
+# A variable left empty passes no flag, so the default of `python -m sprint orchestrate` applies
+# (each default is written once, in sprint/orchestration.py; see `python -m sprint orchestrate --help`).
+# Extra arguments are passed on to `python -m sprint orchestrate`.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,48 +13,60 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 
 PLANNER_MODEL="${PLANNER_MODEL:-sprint}"                  # served model name of the planner
-PLANNER_SERVER_URL="${PLANNER_SERVER_URL:-http://127.0.0.1:8000/v1}"
-PLANNER_TEMP="${PLANNER_TEMP:-0.6}"
-PLANNER_TOP_P="${PLANNER_TOP_P:-0.95}"
-PLANNER_OUTPUT_TOKEN_LIMIT="${PLANNER_OUTPUT_TOKEN_LIMIT:-1000}"   # longer plans are redrawn
-PLANNER_LENGTH_RETRIES="${PLANNER_LENGTH_RETRIES:-2}"
+PLANNER_SERVER_URL="${PLANNER_SERVER_URL:-}"              # default: a local vLLM (see --help)
+PLANNER_TEMP="${PLANNER_TEMP:-}"
+PLANNER_TOP_P="${PLANNER_TOP_P:-}"
+PLANNER_OUTPUT_TOKEN_LIMIT="${PLANNER_OUTPUT_TOKEN_LIMIT:-}"   # longer plans are redrawn
+PLANNER_LENGTH_RETRIES="${PLANNER_LENGTH_RETRIES:-}"
 
-EXECUTOR_MODEL="${EXECUTOR_MODEL:-$PLANNER_MODEL}"
-EXECUTOR_SERVER_URL="${EXECUTOR_SERVER_URL:-$PLANNER_SERVER_URL}"
-EXECUTOR_TEMP="${EXECUTOR_TEMP:-0.6}"
-EXECUTOR_TOP_P="${EXECUTOR_TOP_P:-0.95}"
+EXECUTOR_MODEL="${EXECUTOR_MODEL:-}"                      # default: the planner model
+EXECUTOR_SERVER_URL="${EXECUTOR_SERVER_URL:-}"            # default: the planner URL
+EXECUTOR_TEMP="${EXECUTOR_TEMP:-}"
+EXECUTOR_TOP_P="${EXECUTOR_TOP_P:-}"
 
-TEST_DATA="${TEST_DATA:-HuggingFaceH4/MATH-500}"          # hub id, .jsonl/.json/.parquet or stage folder
-SPLIT="${SPLIT:-test}"
+TEST_DATA="${TEST_DATA:-}"                                # hub id, .jsonl/.json/.parquet or stage folder
+SPLIT="${SPLIT:-}"                                        # default: the task's evaluation split
 SUBSET="${SUBSET:-}"                                      # e.g. gpqa_diamond
-RANGE="${RANGE:-:}"                                       # START:END of the rows
-TASK="${TASK:-math}"                                      # math | gpqa | countdown
+RANGE="${RANGE:-}"                                        # START:END of the rows (default: all)
+TASK="${TASK:-}"                                          # math | gpqa | countdown | a registered task
 
-MAX_PHASES="${MAX_PHASES:-12}"                            # the answer is forced at this phase
-MAX_PROBLEM_WORKERS="${MAX_PROBLEM_WORKERS:-5}"
-MAX_EXECUTION_WORKERS="${MAX_EXECUTION_WORKERS:-5}"
-MAX_TOKENS="${MAX_TOKENS:-4096}"                          # per executor call and for the final answer
-PROMPT_MODE="${PROMPT_MODE:-chat}"                        # chat (training format) | raw (the authors' runs)
-API="${API:-completions}"                                 # completions | chat
+MAX_PHASES="${MAX_PHASES:-}"                              # the answer is forced at this phase
+MAX_PROBLEM_WORKERS="${MAX_PROBLEM_WORKERS:-}"
+MAX_EXECUTION_WORKERS="${MAX_EXECUTION_WORKERS:-}"
+MAX_TOKENS="${MAX_TOKENS:-}"                              # per executor call and for the final answer
+PROMPT_MODE="${PROMPT_MODE:-}"                            # chat (training format) | raw (the authors' runs)
+API="${API:-}"                                            # completions | chat
 TOKENIZER="${TOKENIZER:-}"                                # chat template source (default: MODEL_PATH or the model name)
 MODEL_PATH="${MODEL_PATH:-}"                              # local checkpoint: start vLLM if nothing answers locally
 OUT_DIR="${OUT_DIR:-outputs/orchestration}"
 CACHE_DIR="${CACHE_DIR:-}"                                # response cache, empty = OUT_DIR/llm_cache (pass --no-cache for none)
 
-args=(
-  --planner-model "$PLANNER_MODEL" --planner-url "$PLANNER_SERVER_URL"
-  --planner-temp "$PLANNER_TEMP" --planner-top-p "$PLANNER_TOP_P"
-  --planner-max-tokens "$PLANNER_OUTPUT_TOKEN_LIMIT" --planner-length-retries "$PLANNER_LENGTH_RETRIES"
-  --executor-model "$EXECUTOR_MODEL" --executor-url "$EXECUTOR_SERVER_URL"
-  --executor-temp "$EXECUTOR_TEMP" --executor-top-p "$EXECUTOR_TOP_P"
-  --data "$TEST_DATA" --split "$SPLIT" --range "$RANGE" --task "$TASK"
-  --max-phases "$MAX_PHASES" --max-problem-workers "$MAX_PROBLEM_WORKERS"
-  --max-execution-workers "$MAX_EXECUTION_WORKERS" --max-tokens "$MAX_TOKENS"
-  --prompt-mode "$PROMPT_MODE" --api "$API" --out-dir "$OUT_DIR"
-)
-if [[ -n "$SUBSET" ]]; then args+=(--subset "$SUBSET"); fi
-if [[ -n "$TOKENIZER" ]]; then args+=(--tokenizer "$TOKENIZER"); fi
-if [[ -n "$MODEL_PATH" ]]; then args+=(--model-path "$MODEL_PATH"); fi
-if [[ -n "$CACHE_DIR" ]]; then args+=(--cache-dir "$CACHE_DIR"); fi
+args=(--planner-model "$PLANNER_MODEL" --out-dir "$OUT_DIR")
+flag() {  # flag --name VALUE: pass the flag only when VALUE is set
+  if [[ -n "$2" ]]; then args+=("$1" "$2"); fi
+}
+flag --planner-url "$PLANNER_SERVER_URL"
+flag --planner-temp "$PLANNER_TEMP"
+flag --planner-top-p "$PLANNER_TOP_P"
+flag --planner-max-tokens "$PLANNER_OUTPUT_TOKEN_LIMIT"
+flag --planner-length-retries "$PLANNER_LENGTH_RETRIES"
+flag --executor-model "$EXECUTOR_MODEL"
+flag --executor-url "$EXECUTOR_SERVER_URL"
+flag --executor-temp "$EXECUTOR_TEMP"
+flag --executor-top-p "$EXECUTOR_TOP_P"
+flag --data "$TEST_DATA"
+flag --split "$SPLIT"
+flag --subset "$SUBSET"
+flag --range "$RANGE"
+flag --task "$TASK"
+flag --max-phases "$MAX_PHASES"
+flag --max-problem-workers "$MAX_PROBLEM_WORKERS"
+flag --max-execution-workers "$MAX_EXECUTION_WORKERS"
+flag --max-tokens "$MAX_TOKENS"
+flag --prompt-mode "$PROMPT_MODE"
+flag --api "$API"
+flag --tokenizer "$TOKENIZER"
+flag --model-path "$MODEL_PATH"
+flag --cache-dir "$CACHE_DIR"
 
 exec "$PYTHON" -m sprint orchestrate "${args[@]}" "$@"

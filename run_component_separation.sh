@@ -11,27 +11,17 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi
 
-MODEL="${MODEL:-gpt-4o}"
-SERVER_URL="${SERVER_URL:-https://api.openai.com/v1}"   # any OpenAI-compatible endpoint (vLLM: http://127.0.0.1:8000/v1)
 DATA="${DATA:-}"                                        # traces: hub id, .jsonl/.json/.parquet file or folder
-SPLIT="${SPLIT:-train}"
-SUBSET="${SUBSET:-}"                                    # hub dataset configuration, if any
-RANGE="${RANGE:-}"                                      # START:END of the input rows, empty = all
-NUM_WORKERS="${NUM_WORKERS:-8}"                         # concurrent requests
-MAX_TOKENS="${MAX_TOKENS:-8192}"
-TEMPERATURE="${TEMPERATURE:-0}"
-OUT_DIR="${OUT_DIR:-outputs/component_separation}"
-CACHE_DIR="${CACHE_DIR:-}"                              # response cache, empty = OUT_DIR/llm_cache
-
 if [[ -z "$DATA" ]]; then
   echo "error: set DATA to the reasoning traces (a .jsonl/.json/.parquet file, a folder or a hub id)" >&2
   exit 2
 fi
-
-args=(--input "$DATA" --out-dir "$OUT_DIR" --model "$MODEL" --server-url "$SERVER_URL"
-      --split "$SPLIT" --num-workers "$NUM_WORKERS" --max-tokens "$MAX_TOKENS" --temperature "$TEMPERATURE")
-[[ -n "$SUBSET" ]] && args+=(--subset "$SUBSET")
-[[ -n "$RANGE" ]] && args+=(--range "$RANGE")
-[[ -n "$CACHE_DIR" ]] && args+=(--cache-dir "$CACHE_DIR")
+args=(--input "$DATA" --out-dir "${OUT_DIR:-outputs/component_separation}")
+# Each of these that is set passes its flag (SERVER_URL -> --server-url); unset ones keep the defaults
+# `python -m sprint components --help` shows (gpt-4o on api.openai.com, 8 workers, 8192 tokens, ...).
+# SUBSET: hub dataset configuration; RANGE: START:END of the input rows; CACHE_DIR: default OUT_DIR/llm_cache.
+for var in MODEL SERVER_URL SPLIT SUBSET RANGE NUM_WORKERS MAX_TOKENS TEMPERATURE CACHE_DIR; do
+  if [[ -n "${!var:-}" ]]; then args+=("--$(tr '[:upper:]_' '[:lower:]-' <<< "$var")=${!var}"); fi
+done
 
 exec "$PYTHON" -m sprint components "${args[@]}" "$@"

@@ -18,14 +18,16 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi
 
-MODEL="${MODEL:-deepseek-ai/DeepSeek-R1-Distill-Qwen-7B}"  # folder or Hugging Face id
+# An empty variable passes no flag, so `python -m sprint finetune --help` shows what it defaults to
+# (MODEL: deepseek-ai/DeepSeek-R1-Distill-Qwen-7B, TUNER: full, SWIFT_BIN: .venv-swift/bin/swift).
+MODEL="${MODEL:-}"                                         # folder or Hugging Face id
 DATA_DIR="${DATA_DIR:-outputs/finetuning_data}"            # run_finetuning_data_preparation.sh's OUT_DIR
 TRAIN_DATA="${TRAIN_DATA:-$DATA_DIR/train.jsonl}"
 VAL_DATA="${VAL_DATA-$DATA_DIR/test.jsonl}"                # set but empty: no evaluation, no best checkpoint
 OUTPUT_DIR="${OUTPUT_DIR:-outputs/finetune}"
-TUNER="${TUNER:-full}"                                     # full (the paper) | lora
+TUNER="${TUNER:-}"                                         # full (the paper) | lora
 CONFIG="${CONFIG:-}"                                       # empty: configs/finetune_${TUNER}.yaml
-NPROC_PER_NODE="${NPROC_PER_NODE:-8}"                      # GPUs; gradient accumulation keeps the global batch at 16
+NPROC_PER_NODE="${NPROC_PER_NODE:-8}"                      # this script targets the paper's 8-GPU node (the CLI: 1)
 # Empty values below keep the config's: LR 1e-5 (the paper; the authors' script used 1e-6, LR=1e-6
 # reproduces it; lora: 1e-4), EPOCHS 5, MAX_LENGTH 7168, DEEPSPEED zero3 (lora: zero2; "none" disables),
 # TORCH_DTYPE bfloat16, eval/save every 100 steps, MAX_STEPS unlimited.
@@ -40,18 +42,17 @@ SAVE_STEPS="${SAVE_STEPS:-}"
 MODEL_TYPE="${MODEL_TYPE:-}"                               # ms-swift model_type (config: qwen2)
 TEMPLATE="${TEMPLATE:-}"                                   # ms-swift template (config: deepseek_r1)
 TOKENIZER="${TOKENIZER:-}"                                 # for the data check; empty: MODEL
-SWIFT_BIN="${SWIFT_BIN:-$HERE/.venv-swift/bin/swift}"
+SWIFT_BIN="${SWIFT_BIN:-}"                                 # the ms-swift launcher
 SKIP_CHECK="${SKIP_CHECK:-0}"                              # 1: train without checking the data
 DRY_RUN="${DRY_RUN:-0}"                                    # 1: print the swift command and stop
 VALIDATE="${VALIDATE:-0}"                                  # 1: ms-swift's parser checks the arguments first
 
-args=(
-  --model "$MODEL" --train "$TRAIN_DATA" --val "$VAL_DATA" --output-dir "$OUTPUT_DIR"
-  --tuner "$TUNER" --config "$CONFIG" --nproc-per-node "$NPROC_PER_NODE"
-  --lr "$LR" --epochs "$EPOCHS" --max-length "$MAX_LENGTH" --deepspeed "$DEEPSPEED"
-  --torch-dtype "$TORCH_DTYPE" --max-steps "$MAX_STEPS" --eval-steps "$EVAL_STEPS" --save-steps "$SAVE_STEPS"
-  --model-type "$MODEL_TYPE" --template "$TEMPLATE" --tokenizer "$TOKENIZER" --swift-bin "$SWIFT_BIN"
-)
+args=(--train "$TRAIN_DATA" --val "$VAL_DATA" --output-dir "$OUTPUT_DIR" --nproc-per-node "$NPROC_PER_NODE")
+flag() { if [[ -n "$2" ]]; then args+=("$1" "$2"); fi; }  # an empty variable passes no flag
+flag --model "$MODEL"; flag --tuner "$TUNER"; flag --config "$CONFIG"; flag --lr "$LR"; flag --epochs "$EPOCHS"
+flag --max-length "$MAX_LENGTH"; flag --deepspeed "$DEEPSPEED"; flag --torch-dtype "$TORCH_DTYPE"
+flag --max-steps "$MAX_STEPS"; flag --eval-steps "$EVAL_STEPS"; flag --save-steps "$SAVE_STEPS"
+flag --model-type "$MODEL_TYPE"; flag --template "$TEMPLATE"; flag --tokenizer "$TOKENIZER"; flag --swift-bin "$SWIFT_BIN"
 if [[ "$SKIP_CHECK" == "1" || "$SKIP_CHECK" == "true" ]]; then args+=(--skip-check); fi
 if [[ "$DRY_RUN" == "1" || "$DRY_RUN" == "true" ]]; then args+=(--dry-run); fi
 if [[ "$VALIDATE" == "1" || "$VALIDATE" == "true" ]]; then args+=(--validate-args); fi

@@ -14,17 +14,17 @@ fi
 
 DATA="${DATA:-outputs/dag_creation}"                            # stage 2's output folder (its ok records are used)
 OUT_DIR="${OUT_DIR:-outputs/finetuning_data}"
-PARALLELIZATION_THRESHOLD="${PARALLELIZATION_THRESHOLD:-1.5}"   # drop traces with fewer executions per phase
-MAX_PHASES="${MAX_PHASES:-12}"                                  # drop traces with more than MAX_PHASES-1 phases
-TEST_FRAC="${TEST_FRAC:-0.1}"                                   # 90/10 train/test split
-SEED="${SEED:-42}"                                              # split seed
-RANGE="${RANGE:-}"                                              # START:END of the input records, empty = all
 PUSH_TO_HUB="${PUSH_TO_HUB:-false}"                             # true: also push train/test to OUTPUT_HUB_PATH
 OUTPUT_HUB_PATH="${OUTPUT_HUB_PATH:-}"                          # hub dataset repo id, e.g. me/sprint-sft
 
-args=(--input "$DATA" --out-dir "$OUT_DIR" --parallelization-threshold "$PARALLELIZATION_THRESHOLD"
-      --max-phases "$MAX_PHASES" --test-frac "$TEST_FRAC" --seed "$SEED")
-[[ -n "$RANGE" ]] && args+=(--range "$RANGE")
+args=(--input "$DATA" --out-dir "$OUT_DIR")
+# Each of these that is set passes its flag (TEST_FRAC -> --test-frac); unset ones keep the defaults
+# `python -m sprint pack --help` shows: PARALLELIZATION_THRESHOLD (drop traces with fewer executions
+# per phase), MAX_PHASES (drop traces with more than MAX_PHASES-1 phases), TEST_FRAC (test split),
+# SEED (split seed), RANGE (START:END of the input records).
+for var in PARALLELIZATION_THRESHOLD MAX_PHASES TEST_FRAC SEED RANGE; do
+  if [[ -n "${!var:-}" ]]; then args+=("--$(tr '[:upper:]_' '[:lower:]-' <<< "$var")=${!var}"); fi
+done
 if [[ "$PUSH_TO_HUB" == "true" || "$PUSH_TO_HUB" == "1" ]]; then
   if [[ -z "$OUTPUT_HUB_PATH" ]]; then
     echo "error: PUSH_TO_HUB=$PUSH_TO_HUB needs OUTPUT_HUB_PATH (a hub dataset repo id)" >&2

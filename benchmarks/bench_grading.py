@@ -21,7 +21,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sprint.grading import grade_many
+from sprint.tasks import grade_many
+from sprint.trajectory import load_tokenizer
 
 
 def reformat(answer: str) -> str:
@@ -105,9 +106,7 @@ def main() -> None:
 
     tokenizer_file = args.data / "tokenizers" / "deepseek-r1-distill-qwen-7b" / "tokenizer.json"
     if tokenizer_file.exists():
-        from tokenizers import Tokenizer
-
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        tokenizer = load_tokenizer(str(tokenizer_file))
         solutions = [r["solution"] for r in rows]
         started = time.perf_counter()
         counts = [len(e.ids) for e in tokenizer.encode_batch(solutions, add_special_tokens=False)]

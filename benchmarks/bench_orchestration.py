@@ -38,8 +38,10 @@ from pathlib import Path
 from make_trajectories import make_problems, write_problems
 
 from sprint.latency import LatencyModel, critical_path_timeline
-from sprint.orchestration import OrchestrationConfig, PromptFormat, load_agent_prompt, orchestrate
-from sprint.replay import DEFAULT_MODEL, DEFAULT_TOKENIZER, Splitter
+from sprint.orchestration import OrchestrationConfig, orchestrate
+from sprint.prompt_format import PromptFormat, load_agent_prompt
+from sprint.replay_server import DEFAULT_MODEL, DEFAULT_TOKENIZER
+from sprint.wire import Splitter
 from sprint.serve import free_port
 from sprint.trajectory import Trajectory, parse, render_question
 

@@ -41,11 +41,11 @@ from bench_orchestration import (
 )
 
 from sprint.latency import LatencyModel, critical_path
-from sprint.orchestration import BaselineConfig, baseline
-from sprint.replay import DEFAULT_BASELINE_MODEL, Splitter
+from sprint.baseline import BaselineConfig, baseline
+from sprint.replay_server import DEFAULT_BASELINE_MODEL
+from sprint.wire import Splitter
+from sprint.schedule import SCHEDULES
 from sprint.trajectory import count_tokens
-
-SCHEDULES = ("barrier", "stream")
 
 
 def run_baseline(url: str, work: Workload, out: Path, workers: int) -> dict[str, dict]:

@@ -18,7 +18,7 @@ cache must then be rebuilt (tests/test_demo_data.py fails until it is):
 from __future__ import annotations
 
 import argparse
-import inspect
+import dataclasses
 import json
 import re
 import sys
@@ -50,10 +50,10 @@ class Entry:
     answer: str
 
 
-def stage_sampling(stage_fn: Any) -> Sampling:
-    """The sampling a stage uses when run with its defaults (read from its signature, not copied)."""
-    params = inspect.signature(stage_fn).parameters
-    return Sampling(max_tokens=params["max_tokens"].default, temperature=params["temperature"].default)
+def stage_sampling(config_cls: Any) -> Sampling:
+    """The sampling a stage uses when run with its defaults (read from its config dataclass, not copied)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config_cls)}
+    return Sampling(max_tokens=defaults["max_tokens"], temperature=defaults["temperature"])
 
 
 def user_messages(content: str) -> list[dict[str, str]]:
@@ -66,7 +66,7 @@ def stage1_request(item: Item, template: str) -> tuple[list[dict[str, str]], lis
     thought = item.thought or ""
     spans = stage1.line_spans(thought)
     lines = stage1.split_lines(thought)
-    return user_messages(stage1.build_prompt(template, item.question, lines)), spans
+    return user_messages(stage1.components_prompt(template, item.question, lines)), spans
 
 
 def stage1_components(item: Item, answer: str, spans: list[tuple[int, int]]) -> list[dict[str, Any]]:
@@ -86,7 +86,7 @@ def stage1_components(item: Item, answer: str, spans: list[tuple[int, int]]) -> 
 
 def check_dag_answer(item: Item, answer: str, n: int) -> None:
     try:
-        dag = stage2.parse_dag(answer)
+        dag = stage2.parse_dag_answer(answer)
     except stage2.DagError as exc:
         raise UserError(f"{item.id}: the stage-2 answer cannot be parsed ({exc}); fix examples/demo/answers.jsonl") from None
     _, errors = stage2.validate_dag(dag, n)
@@ -116,8 +116,8 @@ def demo_entries(traces: Path, answers_path: Path) -> list[Entry]:
         raise UserError(f"{answers_path}: answers for unknown trace ids {extra}")
     template1 = load_prompt(stage1.PROMPT_NAME)
     template2 = load_prompt(stage2.PROMPT_NAME)
-    sampling1 = stage_sampling(stage1.separate_components_async)
-    sampling2 = stage_sampling(stage2.create_dag_async)
+    sampling1 = stage_sampling(stage1.ComponentsConfig)
+    sampling2 = stage_sampling(stage2.DagConfig)
     entries = []
     for item in items:
         if item.id not in answers:
@@ -129,7 +129,7 @@ def demo_entries(traces: Path, answers_path: Path) -> list[Entry]:
         if len(components) < 2:  # stage 2 does not call the model for a single component
             continue
         check_dag_answer(item, row["dag_answer"], len(components))
-        messages = user_messages(stage2.build_prompt(template2, item.question, components))
+        messages = user_messages(stage2.dag_prompt(template2, item.question, components))
         entries.append(Entry(item.id, "dag", messages, sampling2, row["dag_answer"]))
     return entries
 

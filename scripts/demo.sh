@@ -9,8 +9,13 @@
 #   5.   vLLM (CPU build) serving that checkpoint, SPRINT orchestration and the sequential baseline
 #        on 3 MATH-500 problems;
 #   6.   evaluation: metrics.json + report.md.
-# The tiny model writes gibberish, so the answers are wrong and reported as wrong: the point is
-# that every hand-off between stages is real. Tokenizer and MATH-500 come from the hub unless
+#   7.   SPRINT working: the demo's own packed trajectories replayed through the real orchestrator
+#        (`replay-server` with the latency model; barrier and stream schedules) against their
+#        original sequential traces as the baseline;
+#   8.   evaluation of the replay and the HTML viewer (`sprint view`): OUT/view/index.html.
+# The tiny model writes gibberish, so the answers of steps 5-6 are wrong and reported as wrong: the
+# point is that every hand-off between stages is real. Steps 7-8 show what a model that writes
+# SPRINT's format gets: parallel phases, fewer sequential tokens, less time. Tokenizer and MATH-500 come from the hub unless
 # SPRINT_LOCAL_DATA points at local copies (as on the CI machine: SPRINT_LOCAL_DATA=../shared/data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,5 +79,32 @@ step "6. evaluation"
 "$PY" -m sprint evaluate "$OUT/orchestration" --baseline "$OUT/baseline" --task math \
   --planner-tokenizer "$TOKENIZER" --out "$OUT/evaluation"
 
+step "7. replay: the packed trajectories through the real orchestrator (replay server, latency model)"
+REPLAY="$OUT/replay"
+TIME_SCALE="${TIME_SCALE:-0.5}"   # the replay server's delays x this; the viewer divides it back out
+"$PY" scripts/demo_replay.py "$OUT"
+RPORT=$("$PY" -c "from sprint.serve import free_port; print(free_port())")
+"$PY" -m sprint replay-server "$REPLAY/recorded" --port "$RPORT" --time-scale "$TIME_SCALE" \
+  --tokenizer "$TOKENIZER" > "$REPLAY/server.log" 2>&1 &
+RPID=$!
+trap 'kill "$RPID" 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grep -q "replay server at" "$REPLAY/server.log" && break; sleep 0.2; done
+grep "replay server at" "$REPLAY/server.log" || { cat "$REPLAY/server.log"; exit 1; }
+rm -rf "$REPLAY/sprint-barrier" "$REPLAY/sprint-stream" "$REPLAY/baseline"  # fresh timings on every demo run
+for schedule in barrier stream; do
+  PLANNER_MODEL=sprint-replay PLANNER_SERVER_URL="http://127.0.0.1:$RPORT/v1" TEST_DATA="$REPLAY/problems.jsonl" \
+    PROMPT_MODE=raw PLANNER_OUTPUT_TOKEN_LIMIT=8000 MAX_TOKENS=8000 MAX_PROBLEM_WORKERS=8 MAX_EXECUTION_WORKERS=32 \
+    OUT_DIR="$REPLAY/sprint-$schedule" bash run_agent_orchestration.sh --schedule "$schedule" --no-cache
+done
+MODEL=sprint-replay-baseline SERVER_URL="http://127.0.0.1:$RPORT/v1" TEST_DATA="$REPLAY/problems.jsonl" \
+  PROMPT_MODE=raw MAX_TOKENS=100000 MAX_PROBLEM_WORKERS=8 OUT_DIR="$REPLAY/baseline" \
+  bash run_baseline_evaluation.sh --no-cache
+kill "$RPID" && wait "$RPID" 2>/dev/null || true
+trap - EXIT
+
+step "8. evaluation of the replay + the HTML viewer"
+"$PY" -m sprint view "$REPLAY/sprint-barrier" "$REPLAY/sprint-stream" --baseline "$REPLAY/baseline" \
+  --planner-tokenizer "$TOKENIZER" --time-scale "$TIME_SCALE" --out "$OUT/view"
+
 step "done"
-"$PY" scripts/check_demo.py "$OUT" "$CKPT"
+"$PY" scripts/check_demo.py "$OUT" "$CKPT" "$TIME_SCALE"

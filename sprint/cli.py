@@ -1,4 +1,4 @@
-"""`python -m sprint <stage>`: every stage module registers its own subcommand."""
+"""`sprint <command>` (or `python -m sprint`): every stage module registers its own subcommand."""
 
 from __future__ import annotations
 
@@ -9,21 +9,27 @@ import os
 import sys
 from typing import NoReturn
 
-from sprint.errors import UserError
+from sprint.errors import EXIT_INTERRUPTED, EXIT_USER, SprintExit
+from sprint.records import disk_error
 
-# Each module here defines `register(subparsers)` which adds one or more subcommands whose
-# handler is stored as `func` in the parsed namespace and returns an exit code.
-STAGE_MODULES = [
-    "sprint.components",
-    "sprint.dag",
-    "sprint.packing",
-    "sprint.sft_check",
-    "sprint.finetune",
-    "sprint.orchestration",
-    "sprint.evaluate",
-    "sprint.replay",
-    "sprint.serve",
-]
+# name -> (module, one-line help). The module is imported only when its command is chosen, so
+# `sprint --help` and a small `pack` start at once; the module's `register(subparsers)` adds the
+# subcommand(s) with their handler stored as `func`, returning an exit code.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "components": ("sprint.components", "stage 1: split reasoning traces into plan/execution components with an LLM"),
+    "dag": ("sprint.dag", "stage 2: ask an LLM which components depend on which (a parent dictionary)"),
+    "pack": ("sprint.packing", "stage 3: pack components + DAGs into trajectories and write the SFT dataset"),
+    "check-sft": ("sprint.sft_check", "check an SFT dataset (roles, empty turns, token lengths) before training"),
+    "finetune": ("sprint.finetune", "fine-tune with ms-swift (`swift sft` with configs/finetune_<tuner>.yaml)"),
+    "orchestrate": ("sprint.orchestration", "SPRINT inference: planner/executor phases on an OpenAI-compatible server"),
+    "baseline": ("sprint.baseline", "sequential baseline: one generation per problem with the same agent prompt"),
+    "evaluate": ("sprint.evaluate", "grade runs, count sequential/total tokens, compare with a baseline, write report.md"),
+    "replay-server": ("sprint.replay_server", "serve recorded trajectories over an OpenAI-compatible API with GPU-like timing"),
+    "serve": ("sprint.serve", "serve a local model with vLLM in the foreground (Ctrl-C stops it)"),
+    "view": ("sprint.view", "write a static HTML viewer of runs: problem table, phases, call timelines"),
+    "time-replay": ("sprint.time_replay", "time recorded runs on a real engine with forced output lengths"),
+    "fit-latency": ("sprint.latency_fit", "fit the replay latency model to time-replay measurements"),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,19 +48,28 @@ def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m sprint", description=__doc__)
+def _chosen(argv: list[str]) -> str | None:
+    """The subcommand named in argv (its first non-option word), if it is one of ours."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
+def build_parser(argv: list[str] | None = None, *, every_command: bool = False) -> argparse.ArgumentParser:
+    """The parser with the chosen command's real arguments and a one-line stub for every other.
+
+    `every_command=True` imports every stage and builds every real subparser (tests of help texts).
+    """
+    parser = _Parser(prog="sprint", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in STAGE_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # stage not written yet
-                continue
-            raise
-        register = getattr(module, "register", None)
-        if register is not None:  # a module still being written may not register yet
-            register(sub)
+    chosen = _chosen(sys.argv[1:] if argv is None else argv)
+    registered: set[str] = set()  # a module may hold several commands; its register() adds them all
+    for name, (module, _) in COMMANDS.items():
+        if (every_command or name == chosen) and module not in registered:
+            importlib.import_module(module).register(sub)
+            registered.add(module)
+    for name, (_, help_text) in COMMANDS.items():
+        if name not in sub.choices:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
@@ -64,16 +79,26 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpx2", "openai", "httpcore"):  # one line per request would drown the progress bar
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return EXIT_USER
+    # the command as typed, for "retry with: sprint ..." lines (in-process callers pass argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    # Exit codes (README "Exit codes"): 0 all ok, 2 user error, 3 some items failed, 4 a server
+    # stopped answering, 130 interrupted, 1 a bug (traceback). Handlers return 0 or 3.
     try:
         return int(args.func(args) or 0)
-    except UserError as exc:
+    except SprintExit as exc:  # UserError (2), ServerStopped (4)
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a full, read-only or forbidden disk met outside the stage writers
+        err = disk_error(exc)
+        if err is None:
+            raise
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return err.exit_code
     except KeyboardInterrupt:
         print("interrupted; finished records are kept, re-run the same command to resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

@@ -8,7 +8,6 @@ Records keep both the ranges and the texts they resolve to, so later stages neve
 from __future__ import annotations
 
 import argparse
-import asyncio
 import bisect
 import json
 import re
@@ -16,26 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprint.data import Item, fingerprint, load_items
+from sprint.data import Item
 from sprint.llm import LLMClient, Sampling
-from sprint.records import RunDir, text_hash
-from sprint.stage import (
-    DEFAULT_MODEL,
-    DEFAULT_SERVER_URL,
-    add_input_args,
-    add_llm_args,
-    ask,
-    crash_record,
-    fill,
-    input_identity,
-    llm_config,
-    load_prompt,
-    resolve_cache_dir,
-    run_stage,
-    sampling_for,
-    StageOutcome,
-    usage_of,
-)
+from sprint.options import option
+from sprint.records import RunDir
+from sprint.stage import LLMStage, LLMStageConfig, StageOutcome, ask_checked, fill, usage_of
 
 PROMPT_NAME = "component_separation"
 NOT_FOUND = "not found"
@@ -150,7 +134,7 @@ LineRange = tuple[int, int]
 
 
 @dataclass
-class Component:
+class ComponentRanges:
     """One component as the model gave it; ranges are 1-based and inclusive, None when absent."""
 
     number: int
@@ -270,11 +254,21 @@ def _text_field(value: Any) -> str:
     return "" if text.lower() in (NOT_FOUND, "none", "n/a", "null") else text
 
 
-def parse_components(text: str) -> list[Component]:
-    """Parse the model's answer into components; raise AnswerError when it cannot be read."""
+def parse_components(text: str) -> list[ComponentRanges]:
+    """Parse the model's answer into components; raise AnswerError when it cannot be read.
+
+    The JSON list the prompt asks for is read first; an answer without one is read as the
+    markdown layout models often write instead (`### Component 1` / `- **Plan:** Lines 3-7`).
+    """
     if not text or not text.strip():
         raise AnswerError("the answer is empty")
-    raw = extract_json(text)
+    try:
+        raw = extract_json(text)
+    except AnswerError:
+        raw = markdown_components(text)
+        if raw is None:
+            raise AnswerError("no JSON list of components found in the answer (nor markdown `Component N` "
+                              "sections with Plan/Execution lines)") from None
     if not raw:
         raise AnswerError("the answer lists no components")
     components = []
@@ -289,7 +283,7 @@ def parse_components(text: str) -> list[Component]:
             except AnswerError as exc:
                 raise AnswerError(f"component {number}: {name} {exc}") from None
         components.append(
-            Component(
+            ComponentRanges(
                 number=number,
                 description=_text_field(fields.get("description")),
                 plan=ranges["plan"],
@@ -301,12 +295,93 @@ def parse_components(text: str) -> list[Component]:
     return components
 
 
-# ----------------------------------------------------------------------------------------------
-# Validation
-# ----------------------------------------------------------------------------------------------
+# The markdown layout: a header naming the component ("### Component 2", "**Component 2:** Setup",
+# "Component 2 - Setup"), then one labelled field per line ("- **Plan:** Lines 3-7",
+# "**Execution lines**: 8–12", "Comment: Lines not found"); a field's text may run on over the
+# following lines until the next label or header.
+_MD_HEADER = re.compile(r"^[ \t]*(?:#{1,6}[ \t]*)?(?:[-*+][ \t]+)?(?:\*\*|__)?[ \t]*Component[ \t]*#?[ \t]*(\d+)\b[^\n]*$",
+                        re.I | re.M)
+_MD_FIELD = re.compile(
+    r"^[ \t]*(?:[-*+•][ \t]*|\d{1,2}[.)][ \t]*)?(?:\*\*|__)?[ \t]*"
+    r"(description|desc|plan|prompt|execution|comment)(?:[ \t]*(?:lines?|range|line[ \t]+range))?"
+    r"[ \t]*(?:\*\*|__)?[ \t]*[:：][ \t]*(?:\*\*|__)?(.*)$",
+    re.I,
+)
+_MD_LABELS = {"desc": "description"}
 
 
-def _ranges(components: list[Component]) -> list[tuple[int, str, LineRange]]:
+def _md_value(value: str) -> str:
+    """A field's text without the markdown around it (bold, code ticks, quotes)."""
+    text = value.strip()
+    text = re.sub(r"^(?:\*\*|__)|(?:\*\*|__)$", "", text).strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "`\"'":
+        text = text[1:-1].strip()
+    return text
+
+
+def markdown_components(text: str) -> list[dict[str, str]] | None:
+    """Components written as markdown sections, as plain dicts for `parse_components`; None if none.
+
+    A section counts only when it holds at least one labelled field, so prose that merely
+    mentions "component 2" is not mistaken for an answer.
+    """
+    headers = list(_MD_HEADER.finditer(text))
+    out: list[dict[str, str]] = []
+    for i, h in enumerate(headers):
+        body = text[h.end(): headers[i + 1].start() if i + 1 < len(headers) else len(text)]
+        fields: dict[str, list[str]] = {}
+        current: str | None = None
+        for line in body.splitlines():
+            m = _MD_FIELD.match(line)
+            if m:
+                label = m.group(1).lower()
+                current = _MD_LABELS.get(label, label)
+                if current in fields:  # a second "Plan:" in one section: keep the first
+                    current = None
+                    continue
+                fields[current] = [m.group(2)]
+            elif current is not None and line.strip() and not re.fullmatch(r"\s*(?:-{3,}|\*{3,}|_{3,})\s*", line):
+                fields[current].append(line.strip())
+            elif not line.strip() and current in ("plan", "execution", "comment"):
+                current = None  # a range never runs on past a blank line
+        if fields:
+            out.append({name: _md_value(" ".join(parts)) for name, parts in fields.items()})
+    return out or None
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation: reject only what cannot be rendered; name everything else as a warning
+# ----------------------------------------------------------------------------------------------
+
+# The slips GPT-4o makes routinely on real traces; the authors kept such traces, so we keep them too.
+WARNING_KINDS = (
+    "no_description",
+    "no_plan",                  # rendered with an empty plan text
+    "plan_equals_execution",    # rendered as the authors did: the same lines in plan and execution
+    "overlap_plan_execution",   # two ranges share lines; each part keeps its own text
+    "overlap_execution_comment",
+    "overlap_plan_comment",
+    "overlap_plan_plan",
+    "overlap_execution_execution",
+    "overlap_comment_comment",
+    "uncovered_lines",          # lines in no range: missing from the trajectory
+)
+_PART_ORDER = {"plan": 0, "execution": 1, "comment": 2}
+
+
+@dataclass(frozen=True)
+class ComponentWarning:
+    """A defect that does not stop the trace from being rendered; `component` is None for the trace."""
+
+    kind: str
+    component: int | None
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "component": self.component, "message": self.message}
+
+
+def _ranges(components: list[ComponentRanges]) -> list[tuple[int, str, LineRange]]:
     out = []
     for c in components:
         for name in ("plan", "execution", "comment"):
@@ -316,40 +391,94 @@ def _ranges(components: list[Component]) -> list[tuple[int, str, LineRange]]:
     return out
 
 
-def validate_components(components: list[Component], num_lines: int) -> list[str]:
-    """Every rule a usable answer must follow; an empty list means valid.
-
-    Uncovered lines are not an error (see `uncovered_lines`): the paper asks for full coverage,
-    but a missed filler line ("Hmm.") does not make the components wrong.
-    """
-    errors: list[str] = []
+def render_errors(components: list[ComponentRanges], num_lines: int) -> list[str]:
+    """What makes an answer unusable: no components, a range that is not within the trace, or an
+    execution without a prompt (nothing to name its executor call). An empty list: renderable."""
     if not components:
         return ["no components"]
+    errors: list[str] = []
     for c in components:
-        if not c.description:
-            errors.append(f"component {c.number} has no description")
-        if c.plan is None:
-            errors.append(f"component {c.number} has no plan")
         if c.execution is not None and not c.prompt:
             errors.append(f"component {c.number} has an execution but no prompt")
-    spans = _ranges(components)
-    for number, name, (start, end) in spans:
+    for number, name, (start, end) in _ranges(components):
         if start > end:
             errors.append(f"component {number} {name} range {start}-{end} runs backwards")
         elif start < 1 or end > num_lines:
             errors.append(f"component {number} {name} range {start}-{end} is outside lines 1-{num_lines}")
-    ordered = sorted((r for r in spans if r[2][0] <= r[2][1]), key=lambda r: (r[2][0], r[2][1]))
-    reach: tuple[int, str, LineRange] | None = None  # the range seen so far that ends last
-    for n2, k2, (s2, e2) in ordered:
-        if reach is not None and s2 <= reach[2][1]:
-            n1, k1, (s1, e1) = reach
-            errors.append(f"component {n1} {k1} {s1}-{e1} overlaps component {n2} {k2} {s2}-{e2}")
-        if reach is None or e2 > reach[2][1]:
-            reach = (n2, k2, (s2, e2))
     return errors
 
 
-def uncovered_lines(components: list[Component], num_lines: int) -> list[int]:
+def component_warnings(components: list[ComponentRanges], num_lines: int) -> list[ComponentWarning]:
+    """Every rule of the prompt the answer breaks without becoming unrenderable, in component order."""
+    found: list[ComponentWarning] = []
+    for c in components:
+        if not c.description:
+            found.append(ComponentWarning("no_description", c.number, f"component {c.number} has no description"))
+        if c.plan is None:
+            found.append(ComponentWarning("no_plan", c.number, f"component {c.number} has no plan"))
+        elif c.plan == c.execution:
+            s, e = c.plan
+            found.append(ComponentWarning("plan_equals_execution", c.number,
+                                          f"component {c.number} plan {s}-{e} equals its execution range"))
+    spans = [r for r in _ranges(components) if 1 <= r[2][0] <= r[2][1] <= num_lines]
+    spans.sort(key=lambda r: (r[2][0], r[2][1], r[0], _PART_ORDER[r[1]]))
+    for i, (n1, k1, (s1, e1)) in enumerate(spans):
+        for n2, k2, (s2, e2) in spans[i + 1:]:
+            if s2 > e1:
+                break
+            if n1 == n2 and {k1, k2} == {"plan", "execution"} and (s1, e1) == (s2, e2):
+                continue  # plan_equals_execution, named above
+            kinds = sorted((k1, k2), key=_PART_ORDER.__getitem__)
+            found.append(ComponentWarning(f"overlap_{kinds[0]}_{kinds[1]}", n2,
+                                          f"component {n1} {k1} {s1}-{e1} overlaps component {n2} {k2} {s2}-{e2}"))
+    missing = uncovered_lines(components, num_lines)
+    if missing:
+        found.append(ComponentWarning("uncovered_lines", None, f"{len(missing)} line(s) in no range: {_runs(missing)}"))
+    found.sort(key=lambda w: (w.component is None, w.component or 0))
+    return found
+
+
+def _runs(numbers: list[int]) -> str:
+    """[3, 4, 5, 9] -> "3-5, 9"."""
+    parts: list[str] = []
+    start = prev = numbers[0]
+    for n in numbers[1:] + [None]:  # type: ignore[list-item]
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        parts.append(f"{start}-{prev}" if prev != start else str(start))
+        if n is not None:
+            start = prev = n
+    return ", ".join(parts)
+
+
+def validate_components(components: list[ComponentRanges], num_lines: int, strict: bool = False) -> list[str]:
+    """Why the answer is rejected; an empty list means it is kept.
+
+    By default only what cannot be rendered is rejected (`render_errors`); `strict=True` also
+    rejects every warning except uncovered lines (the stage's behaviour before warnings existed:
+    a missed filler line such as "Hmm." never made the components wrong).
+    """
+    errors = render_errors(components, num_lines)
+    if strict and components:
+        errors += [w.message for w in component_warnings(components, num_lines) if w.kind != "uncovered_lines"]
+    return errors
+
+
+def warning_counts(records: Any) -> dict[str, int]:
+    """Warnings per kind over the ok records of a stage folder (or any records carrying `warnings`)."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if r.get("status", "ok") != "ok":
+            continue
+        for w in r.get("warnings") or []:
+            kind = w.get("kind") if isinstance(w, dict) else None
+            if kind:
+                counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def uncovered_lines(components: list[ComponentRanges], num_lines: int) -> list[int]:
     """Lines that belong to no range (a warning: the model was asked to cover all of them)."""
     covered = set()
     for _, _, (start, end) in _ranges(components):
@@ -364,7 +493,7 @@ def resolve_text(text: str, spans: list[tuple[int, int]], r: LineRange | None) -
     return text[spans[r[0] - 1][0] : spans[r[1] - 1][1]]
 
 
-def component_record(c: Component, thought: str, spans: list[tuple[int, int]]) -> dict[str, Any]:
+def component_record(c: ComponentRanges, thought: str, spans: list[tuple[int, int]]) -> dict[str, Any]:
     """One component as stored: ranges as [start, end] (or null) and the texts they cover.
 
     Every key is always present so that `datasets` infers one schema for the whole file.
@@ -382,13 +511,13 @@ def component_record(c: Component, thought: str, spans: list[tuple[int, int]]) -
     }
 
 
-def components_from_record(record: dict[str, Any]) -> list[Component]:
+def ranges_from_record(record: dict[str, Any]) -> list[ComponentRanges]:
     """The inverse of `component_record` (texts dropped), for later stages and tests."""
     def rng(v: Any) -> LineRange | None:
         return (int(v[0]), int(v[1])) if v else None
 
     return [
-        Component(
+        ComponentRanges(
             number=int(c["number"]),
             description=c.get("description") or "",
             plan=rng(c.get("plan")),
@@ -407,7 +536,7 @@ def components_from_record(record: dict[str, Any]) -> list[Component]:
 FAILURE_KINDS = ("no_question", "no_thought", "truncated", "unparseable", "invalid", "crashed")  # plus llm_<kind>
 
 
-def base_record(item: Item) -> dict[str, Any]:
+def empty_components_record(item: Item) -> dict[str, Any]:
     """A stage-1 record with every key present, so `datasets` sees one schema on every line."""
     thought = item.thought or ""
     return {
@@ -420,6 +549,7 @@ def base_record(item: Item) -> dict[str, Any]:
         "num_lines": 0,
         "components": [],
         "uncovered_lines": [],
+        "warnings": [],  # {kind, component, message} per defect kept (see WARNING_KINDS)
         "status": "ok",
         "error": None,
         "retryable": False,
@@ -428,16 +558,20 @@ def base_record(item: Item) -> dict[str, Any]:
     }
 
 
-def build_prompt(template: str, question: str, lines: list[str]) -> str:
+def components_prompt(template: str, question: str, lines: list[str]) -> str:
     return fill(template, question=question.strip(), lines=number_lines(lines), num_lines=str(len(lines)))
 
 
 REQUIRED_PLACEHOLDERS = ("question", "lines")  # {num_lines} is optional
 
 
-async def separate_one(item: Item, client: LLMClient, template: str, sampling: Sampling) -> dict[str, Any]:
-    """One trace -> one record; every failure becomes a status with a readable error."""
-    record = base_record(item)
+async def separate_one(item: Item, client: LLMClient, template: str, sampling: Sampling,
+                       strict: bool = False) -> dict[str, Any]:
+    """One trace -> one record; every failure becomes a status with a readable error.
+
+    A renderable answer is kept with its defects listed in `warnings`; `strict` rejects them.
+    """
+    record = empty_components_record(item)
     thought = record["thought"]
     spans = line_spans(thought)
     record["num_lines"] = len(spans)
@@ -446,126 +580,69 @@ async def separate_one(item: Item, client: LLMClient, template: str, sampling: S
     if not spans:
         return {**record, "status": "no_thought", "error": "the item has no reasoning trace (thought) to separate"}
     lines = [_clean(thought[s:e]) for s, e in spans]
-    answer = await ask(client, build_prompt(template, item.question, lines), sampling, record, "components")
-    if answer is None:
+    content = components_prompt(template, item.question, lines)
+    components = await ask_checked(client, content, sampling, record, "components", parse_components, AnswerError,
+                                   lambda found: validate_components(found, len(spans), strict))
+    if components is None:
         return record
-    try:
-        components = parse_components(answer)
-    except AnswerError as exc:
-        return {**record, "status": "unparseable", "error": str(exc)}
-    errors = validate_components(components, len(spans))
-    if errors:
-        return {**record, "status": "invalid", "error": "; ".join(errors)}
     record["components"] = [component_record(c, thought, spans) for c in components]
     record["uncovered_lines"] = uncovered_lines(components, len(spans))
+    record["warnings"] = [w.as_dict() for w in component_warnings(components, len(spans))]
     return record
 
 
-async def separate_components_async(
-    input: str,
-    out_dir: str | Path,
-    *,
-    model: str = DEFAULT_MODEL,
-    server_url: str = DEFAULT_SERVER_URL,
-    split: str | None = "train",
-    subset: str | None = None,
-    range_spec: str | None = None,
-    num_workers: int = 8,
-    max_tokens: int = 8192,
-    temperature: float = 0.0,
-    timeout: float = 600.0,
-    max_retries: int = 3,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
-    overwrite: bool = False,
-    prompt_file: str | Path | None = None,
-    question_col: str | None = None,
-    id_col: str | None = None,
-    check_server: bool = True,
-    progress: bool = True,
-) -> StageOutcome:
-    """Stage 1 over a dataset; see `separate_components`."""
-    out = Path(out_dir).expanduser()
-    template = load_prompt(PROMPT_NAME, prompt_file)
-    fill(template, REQUIRED_PLACEHOLDERS)  # fail now, not per item, on a bad template
-    items = load_items(input, split, subset, range_spec, question_col, id_col, require=("question", "thought"))
-    sampling = sampling_for(max_tokens, temperature)
-    config = {
-        "stage": "components",
-        "input": input_identity(input),
-        "split": split,
-        "subset": subset,
-        "question_col": question_col,
-        "id_col": id_col,
-        "model": model,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "prompt_hash": text_hash(template),
-        "range": range_spec,
-        "num_workers": num_workers,
-        "server_url": server_url,
-        "timeout": timeout,
-        "max_retries": max_retries,
-        "cache_dir": str(cache_dir) if cache_dir else None,
-    }
-    llm = llm_config(
-        server_url=server_url, model=model, num_workers=num_workers, timeout=timeout,
-        max_retries=max_retries, cache_dir=resolve_cache_dir(out, cache_dir, use_cache),
-    )
-    run = RunDir(out, "components", config, overwrite=overwrite)  # after the checks: a refused run leaves no folder
-    inputs = {"source": input, "rows": len(items), "fingerprint": fingerprint(input, items)}
-    async with LLMClient(llm) as client:
-        if check_server and any(not run.is_done(it.id) for it in items):
-            await client.check()
-        outcome = await run_stage(
-            "components",
-            items,
-            lambda item: separate_one(item, client, template, sampling),
-            run,
-            workers=num_workers,
-            on_crash=lambda item, exc: crash_record(base_record(item), exc),
-            usage=client.usage.as_dict,
-            usage_key="components_usage",
-            manifest=lambda used: run.write_manifest(inputs=inputs, prompts={PROMPT_NAME: template}, usage=used),
-            progress=progress,
-        )
+@dataclass
+class ComponentsConfig(LLMStageConfig):
+    """`sprint components` settings: the shared LLM-stage ones plus the input's column names."""
+
+    input: str = option(help="traces: a hub id, a .jsonl/.json/.parquet file or a folder (question + thought columns)",
+                        flags=("--input", "-i"), var="DATA")
+    max_tokens: int = option(8192, "answer length limit (a long trace's components need room)", var="MAX_TOKENS")
+    question_col: str | None = option(None, "question column (default: detected)", flags=("--question-column",))
+    id_col: str | None = option(None, "id column (default: detected)", flags=("--id-column",))
+
+
+def _uncovered_note(run: RunDir) -> list[str]:
     ok = [r for r in run.records() if r.get("status") == "ok"]
     partial = [r for r in ok if r.get("uncovered_lines")]
-    if partial:
-        lines = sum(len(r["uncovered_lines"]) for r in partial)
-        outcome.notes.append(f"{len(partial)} of {len(ok)} ok records leave {lines} line(s) uncovered (see uncovered_lines)")
-    return outcome
+    if not partial:
+        return []
+    lines = sum(len(r["uncovered_lines"]) for r in partial)
+    return [f"{len(partial)} of {len(ok)} ok records leave {lines} line(s) uncovered (see uncovered_lines)"]
 
 
-def separate_components(input: str, out_dir: str | Path, **kwargs: Any) -> StageOutcome:
+COMPONENTS_STAGE = LLMStage(
+    name="components",
+    help="stage 1: split reasoning traces into plan/execution components with an LLM",
+    description=(
+        "Stage 1 (component separation). Each trace is split into numbered sentence-level lines; an "
+        "LLM returns its components (description, plan/execution/comment line ranges, prompt). "
+        "Answers are parsed and validated; every item gets one record with a status. Re-running the "
+        "same command resumes. The API key is read from OPENAI_API_KEY."
+    ),
+    config_cls=ComponentsConfig,
+    prompt_name=PROMPT_NAME,
+    placeholders=REQUIRED_PLACEHOLDERS,
+    require=("question", "thought"),
+    config_keys=("question_col", "id_col"),
+    base_record=empty_components_record,
+    process=separate_one,
+    notes=_uncovered_note,
+)
+
+
+def separate_components(input: str, out_dir: str | Path, **settings: Any) -> StageOutcome:
     """Stage 1: cut each trace of `input` into components; records go to `out_dir`.
 
     Resumable: items already in `out_dir/records.jsonl` are skipped (transient failures are
-    retried). Keyword arguments are those of `separate_components_async`.
+    retried). Keyword arguments are the fields of `ComponentsConfig`.
     """
-    return asyncio.run(separate_components_async(input, out_dir, **kwargs))
+    return COMPONENTS_STAGE.run(input, out_dir, **settings)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "components",
-        help="stage 1: split reasoning traces into plan/execution components with an LLM",
-        description=(
-            "Stage 1 (component separation). Each trace is split into numbered sentence-level lines; an "
-            "LLM returns its components (description, plan/execution/comment line ranges, prompt). "
-            "Answers are parsed and validated; every item gets one record with a status. Re-running the "
-            "same command resumes. The API key is read from OPENAI_API_KEY."
-        ),
-    )
-    add_input_args(parser, "traces: a hub id, a .jsonl/.json/.parquet file or a folder (question + thought columns)")
-    add_llm_args(parser, max_tokens=8192)
-    parser.add_argument("--question-column", dest="question_col", default=None, help="question column (default: detected)")
-    parser.add_argument("--id-column", dest="id_col", default=None, help="id column (default: detected)")
-    parser.set_defaults(func=_cli)
+    COMPONENTS_STAGE.add_parser(subparsers, _main)
 
 
-def _cli(args: argparse.Namespace) -> int:
-    kwargs = {k: v for k, v in vars(args).items() if k not in ("func", "command", "input", "out_dir")}
-    outcome = separate_components(args.input, args.out_dir, **kwargs)
-    print(outcome.summary())
-    return 0
+def _main(args: argparse.Namespace) -> int:
+    return COMPONENTS_STAGE.main(args)

@@ -12,33 +12,17 @@ from __future__ import annotations
 
 import argparse
 import ast
-import asyncio
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprint.data import Item, fingerprint, load_items
+from sprint.data import Item
 from sprint.errors import UserError
 from sprint.llm import LLMClient, Sampling
-from sprint.records import RunDir, text_hash
-from sprint.stage import (
-    DEFAULT_MODEL,
-    DEFAULT_SERVER_URL,
-    add_input_args,
-    add_llm_args,
-    ask,
-    crash_record,
-    fill,
-    input_identity,
-    llm_config,
-    load_prompt,
-    resolve_cache_dir,
-    run_stage,
-    sampling_for,
-    StageOutcome,
-    usage_of,
-)
+from sprint.options import option
+from sprint.stage import LLMStage, LLMStageConfig, StageOutcome, ask_checked, fill, usage_of
 
 PROMPT_NAME = "dag_creation"
 REQUIRED_PLACEHOLDERS = ("question", "components")  # {num_components} is optional
@@ -74,7 +58,7 @@ def render_components(components: list[dict[str, Any]]) -> str:
     return "\n\n".join(blocks)
 
 
-def build_prompt(template: str, question: str, components: list[dict[str, Any]]) -> str:
+def dag_prompt(template: str, question: str, components: list[dict[str, Any]]) -> str:
     return fill(
         template,
         question=question.strip(),
@@ -155,7 +139,7 @@ def _as_number(value: Any, what: str) -> int:
     raise DagError(f"{what} {value!r} is not a component number")
 
 
-def parse_dag(text: str) -> Dag:
+def parse_dag_answer(text: str) -> Dag:
     """Read the parent dictionary (keys and parents as ints, duplicates dropped); no validation."""
     raw = extract_dict(text)
     dag: Dag = {}
@@ -207,7 +191,7 @@ def dag_from_json(obj: dict[str, Any]) -> Dag:
 # ----------------------------------------------------------------------------------------------
 
 
-def base_record(item: Item) -> dict[str, Any]:
+def empty_dag_record(item: Item) -> dict[str, Any]:
     """The stage-1 record carried over, with stage 2's keys always present (one schema per file)."""
     record = {k: v for k, v in item.row.items() if k not in ("status", "error", "retryable")}
     record.update(
@@ -226,7 +210,7 @@ def base_record(item: Item) -> dict[str, Any]:
 
 async def create_one(item: Item, client: LLMClient, template: str, sampling: Sampling) -> dict[str, Any]:
     """One stage-1 record -> one record with its DAG; every failure becomes a status."""
-    record = base_record(item)
+    record = empty_dag_record(item)
     components = item.row.get("components") or []
     if not components:
         return {**record, "status": "no_components", "error": "the record has no components"}
@@ -238,115 +222,64 @@ async def create_one(item: Item, client: LLMClient, template: str, sampling: Sam
         }
     if len(components) == 1:  # nothing to ask: a single component has no possible parent
         return {**record, "dag": dag_to_json({1: []})}
-    answer = await ask(client, build_prompt(template, item.question, components), sampling, record, "dag")
-    if answer is None:
+    content = dag_prompt(template, item.question, components)
+    checked = await ask_checked(client, content, sampling, record, "dag",
+                                lambda answer: validate_dag(parse_dag_answer(answer), len(components)), DagError,
+                                lambda found: found[1])
+    if checked is None:
         return record
-    try:
-        dag = parse_dag(answer)
-    except DagError as exc:
-        return {**record, "status": "unparseable", "error": str(exc)}
-    full, errors = validate_dag(dag, len(components))
-    if errors:
-        return {**record, "status": "invalid", "error": "; ".join(errors)}
-    record["dag"] = dag_to_json(full)
+    record["dag"] = dag_to_json(checked[0])  # node 1 filled in when the answer left it out
     return record
 
 
-async def create_dag_async(
-    input: str,
-    out_dir: str | Path,
-    *,
-    model: str = DEFAULT_MODEL,
-    server_url: str = DEFAULT_SERVER_URL,
-    split: str | None = "train",
-    subset: str | None = None,
-    range_spec: str | None = None,
-    num_workers: int = 8,
-    max_tokens: int = 2048,
-    temperature: float = 0.0,
-    timeout: float = 600.0,
-    max_retries: int = 3,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
-    overwrite: bool = False,
-    prompt_file: str | Path | None = None,
-    check_server: bool = True,
-    progress: bool = True,
-) -> StageOutcome:
-    """Stage 2 over stage 1's ok records; see `create_dag`."""
-    out = Path(out_dir).expanduser()
-    template = load_prompt(PROMPT_NAME, prompt_file)
-    fill(template, REQUIRED_PLACEHOLDERS)
-    items = load_items(input, split, subset, range_spec, require=("question",))
+@dataclass
+class DagConfig(LLMStageConfig):
+    """`sprint dag` settings: the shared LLM-stage ones (a parent dictionary is a short answer)."""
+
+    input: str = option(help="stage 1's output folder (or a .jsonl of its records)", flags=("--input", "-i"), var="DATA")
+    max_tokens: int = option(2048, "answer length limit (a parent dictionary is short)", var="MAX_TOKENS")
+
+
+def _needs_llm(item: Item) -> bool:
+    return len(item.row.get("components") or []) > 1  # a single component is answered without a call
+
+
+def _check_components(source: str, items: list[Item]) -> None:
     if not any(isinstance(it.row.get("components"), list) for it in items):
-        raise UserError(f"input {input!r} has no components; pass the output folder of `python -m sprint components`")
-    sampling = sampling_for(max_tokens, temperature)
-    config = {
-        "stage": "dag",
-        "input": input_identity(input),
-        "split": split,
-        "subset": subset,
-        "model": model,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "prompt_hash": text_hash(template),
-        "range": range_spec,
-        "num_workers": num_workers,
-        "server_url": server_url,
-        "timeout": timeout,
-        "max_retries": max_retries,
-        "cache_dir": str(cache_dir) if cache_dir else None,
-    }
-    llm = llm_config(
-        server_url=server_url, model=model, num_workers=num_workers, timeout=timeout,
-        max_retries=max_retries, cache_dir=resolve_cache_dir(out, cache_dir, use_cache),
-    )
-    run = RunDir(out, "dag", config, overwrite=overwrite)  # after the checks: a refused run leaves no folder
-    inputs = {"source": input, "rows": len(items), "fingerprint": fingerprint(input, items)}
-    needs_llm = any(not run.is_done(it.id) and len(it.row.get("components") or []) > 1 for it in items)
-    async with LLMClient(llm) as client:
-        if check_server and needs_llm:
-            await client.check()
-        return await run_stage(
-            "dag",
-            items,
-            lambda item: create_one(item, client, template, sampling),
-            run,
-            workers=num_workers,
-            on_crash=lambda item, exc: crash_record(base_record(item), exc),
-            usage=client.usage.as_dict,
-            usage_key="dag_usage",
-            manifest=lambda used: run.write_manifest(inputs=inputs, prompts={PROMPT_NAME: template}, usage=used),
-            progress=progress,
-        )
+        raise UserError(f"input {source!r} has no components; pass the output folder of `python -m sprint components`")
 
 
-def create_dag(input: str, out_dir: str | Path, **kwargs: Any) -> StageOutcome:
+DAG_STAGE = LLMStage(
+    name="dag",
+    help="stage 2: ask an LLM which components depend on which (a parent dictionary)",
+    description=(
+        "Stage 2 (DAG creation). Reads the ok records of a `components` output folder, shows each "
+        "record's components to an LLM and reads back a parent dictionary {component: [parents]}. "
+        "Every parent must be an earlier component. Re-running the same command resumes. The API "
+        "key is read from OPENAI_API_KEY."
+    ),
+    config_cls=DagConfig,
+    prompt_name=PROMPT_NAME,
+    placeholders=REQUIRED_PLACEHOLDERS,
+    require=("question",),
+    check_items=_check_components,
+    needs_llm=_needs_llm,
+    process=create_one,
+    base_record=empty_dag_record,
+)
+
+
+def create_dag(input: str, out_dir: str | Path, **settings: Any) -> StageOutcome:
     """Stage 2: a parent dictionary for each ok record of stage 1's folder `input`.
 
-    Resumable like stage 1. Keyword arguments are those of `create_dag_async`.
+    Resumable like stage 1. Keyword arguments are the fields of `DagConfig`.
     """
-    return asyncio.run(create_dag_async(input, out_dir, **kwargs))
+    return DAG_STAGE.run(input, out_dir, **settings)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "dag",
-        help="stage 2: ask an LLM which components depend on which (a parent dictionary)",
-        description=(
-            "Stage 2 (DAG creation). Reads the ok records of a `components` output folder, shows each "
-            "record's components to an LLM and reads back a parent dictionary {component: [parents]}. "
-            "Every parent must be an earlier component. Re-running the same command resumes. The API "
-            "key is read from OPENAI_API_KEY."
-        ),
-    )
-    add_input_args(parser, "stage 1's output folder (or a .jsonl of its records)")
-    add_llm_args(parser, max_tokens=2048)
-    parser.set_defaults(func=_cli)
+    DAG_STAGE.add_parser(subparsers, _main)
 
 
-def _cli(args: argparse.Namespace) -> int:
-    kwargs = {k: v for k, v in vars(args).items() if k not in ("func", "command", "input", "out_dir")}
-    outcome = create_dag(args.input, args.out_dir, **kwargs)
-    print(outcome.summary())
-    return 0
+def _main(args: argparse.Namespace) -> int:
+    return DAG_STAGE.main(args)

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from sprint.errors import UserError
 
@@ -89,7 +89,11 @@ def parse_range(spec: str | None, n: int) -> range:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: Path) -> Iterator[dict]:
+    """The rows of a JSONL file one at a time (packing streams 60k-trace inputs through this)."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             if not raw.strip():
@@ -104,8 +108,7 @@ def _read_jsonl(path: Path) -> list[dict]:
                 raise UserError(f"{path}: line {lineno} is not valid JSON ({exc.msg}); fix or remove that line") from None
             if not isinstance(row, dict):
                 raise UserError(f"{path}: line {lineno} is a JSON {type(row).__name__}, expected an object per line")
-            rows.append(row)
-    return rows
+            yield row
 
 
 def load_rows(source: str, split: str | None = "train", subset: str | None = None) -> list[dict]:
@@ -188,7 +191,7 @@ def _read_json(path: Path) -> list[dict]:
 
 
 def _load_with_datasets(fmt: str, path: Path) -> list[dict]:
-    import datasets
+    import datasets  # here, not at the top: `datasets` costs about a second of every start (jsonl/json need none)
 
     try:
         ds = datasets.load_dataset(fmt, data_files=str(path), split="train")
@@ -198,7 +201,7 @@ def _load_with_datasets(fmt: str, path: Path) -> list[dict]:
 
 
 def _load_hub(source: str, split: str | None, subset: str | None) -> list[dict]:
-    import datasets
+    import datasets  # here, not at the top: see _load_with_datasets
 
     try:
         ds = datasets.load_dataset(source, subset, split=split or "train")

@@ -1,6 +1,6 @@
 """Deterministic fault injection for scripted and replay servers.
 
-Both the test server (`tests/fake_server.py`) and the replay server (`sprint/replay.py`) use the
+Both the test server (`tests/fake_server.py`) and the replay server (`sprint/replay_server.py`) use the
 same plan so a failure seen in one can be reproduced in the other: the decision for request
 number `n` depends only on the plan's seed and `n`, never on timing or thread scheduling.
 """

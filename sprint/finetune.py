@@ -16,18 +16,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from sprint.errors import UserError
+from sprint.options import HelpFormatter, add_command, add_options, config_from, option
+from sprint.sft_check import check_sft
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIGS_DIR = REPO_ROOT / "configs"
@@ -78,28 +81,61 @@ def load_recipe(path: str | Path) -> Recipe:
     return Recipe(dict(args), batch, str(path))
 
 
+def _optional(kind: type):
+    """argparse type where an empty string (an unset shell variable) means None."""
+
+    def parse(text: str):
+        return None if text.strip() == "" else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
 @dataclass
 class FinetuneOptions:
-    """What run_finetune.sh's variables set. None means: keep the recipe's value."""
+    """What run_finetune.sh's variables set. None means: keep the recipe's value (configs/finetune_<tuner>.yaml)."""
 
-    model: str
-    train_data: str
-    val_data: str | None
-    output_dir: str
-    tuner: str = "full"
-    config: str | None = None  # default configs/finetune_<tuner>.yaml
-    nproc_per_node: int = 1
-    learning_rate: float | None = None
-    epochs: float | None = None
-    max_length: int | None = None
-    deepspeed: str | None = None  # a preset (zero2, zero3, ...), a JSON file, or "none"
-    torch_dtype: str | None = None
-    max_steps: int | None = None
-    eval_steps: int | None = None
-    save_steps: int | None = None
-    model_type: str | None = None
-    template: str | None = None
-    extra_args: list[str] = field(default_factory=list)  # appended last, so they win
+    train_data: str = option(help="training .jsonl (messages layout, from the packing stage)", flags=("--train",),
+                             var="TRAIN_DATA")
+    output_dir: str = option(help="where ms-swift writes checkpoints, logging.jsonl, best/ and last/", var="OUTPUT_DIR")
+    model: str = option(DEFAULT_MODEL, "model folder or hub id", var="MODEL")
+    val_data: str | None = option(None, "validation .jsonl; without it there is no eval loss and no best checkpoint",
+                                  flags=("--val",), type=_optional(str), var="VAL_DATA")
+    tuner: str = option("full", "full (the paper) or lora", choices=TUNERS, var="TUNER")
+    config: str | None = option(None, "recipe YAML (default configs/finetune_<tuner>.yaml)", type=_optional(str), var="CONFIG")
+    nproc_per_node: int = option(1, "GPUs on this node (ms-swift runs torchrun)", var="NPROC_PER_NODE")
+    learning_rate: float | None = option(
+        None, "learning rate (default: the config's, 1e-5 full as in the paper; the authors' script used 1e-6)",
+        flags=("--lr",), type=_optional(float), var="LR")
+    epochs: float | None = option(None, "epochs (default: the config's, 5)", type=_optional(float), var="EPOCHS")
+    max_length: int | None = option(None, "max tokens per row; longer rows are dropped (default: the config's, 7168)",
+                                    type=_optional(int), var="MAX_LENGTH")
+    deepspeed: str | None = option(None, "zero2, zero3, a JSON file, or none (default: the config's)",
+                                   type=_optional(str), var="DEEPSPEED")
+    torch_dtype: str | None = option(None, "bfloat16 (GPU), float32 (CPU) (default: the config's)",
+                                     type=_optional(str), var="TORCH_DTYPE")
+    max_steps: int | None = option(None, "stop after this many optimizer steps", type=_optional(int), var="MAX_STEPS")
+    eval_steps: int | None = option(None, "evaluate every N steps (default: config's)", type=_optional(int), var="EVAL_STEPS")
+    save_steps: int | None = option(None, "save every N steps (default: config's)", type=_optional(int), var="SAVE_STEPS")
+    model_type: str | None = option(None, "ms-swift model_type (default: config's, qwen2)", type=_optional(str),
+                                    var="MODEL_TYPE")
+    template: str | None = option(None, "ms-swift template (default: config's, deepseek_r1)", type=_optional(str),
+                                  var="TEMPLATE")
+    extra_args: list[str] = option(cli=False, default_factory=list)  # appended last, so they win
+
+
+@dataclass
+class FinetuneRun:
+    """How `sprint finetune` runs the command (not part of the command itself)."""
+
+    tokenizer: str | None = option(None, "tokenizer for the data check (default: --model)", type=_optional(str),
+                                   var="TOKENIZER")
+    swift_bin: str | None = option(None, "ms-swift launcher (default $SWIFT_BIN or .venv-swift/bin/swift)",
+                                   type=_optional(str), var="SWIFT_BIN")
+    skip_check: bool = option(False, "do not check the data before training", var="SKIP_CHECK")
+    validate_args: bool = option(False, "have ms-swift's own parser check the arguments first (with --dry-run: check only)",
+                                 var="VALIDATE")
+    dry_run: bool = option(False, "print the swift command and stop", var="DRY_RUN")
 
 
 @dataclass
@@ -325,8 +361,6 @@ def command_env(command: SwiftCommand) -> dict[str, str]:
 
 
 def _check_data(options: FinetuneOptions, tokenizer: str | None, command: SwiftCommand) -> None:
-    from sprint.sft_check import check_sft
-
     args = _argv_values(command.argv)
     max_length = int(args.get("max_length", ["0"])[0]) or None
     if max_length is None:
@@ -350,42 +384,10 @@ def _argv_values(argv: list[str]) -> dict[str, list[str]]:
     return values
 
 
-def _optional(kind: type):
-    """argparse type where an empty string (an unset shell variable) means None."""
-
-    def parse(text: str):
-        return None if text.strip() == "" else kind(text)
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL, help="model folder or hub id (default %(default)s)")
-    p.add_argument("--train", required=True, help="training .jsonl (messages layout, from the packing stage)")
-    p.add_argument("--val", type=_optional(str), default=None,
-                   help="validation .jsonl; without it there is no eval loss and no best checkpoint")
-    p.add_argument("--output-dir", required=True, help="where ms-swift writes checkpoints, logging.jsonl, best/ and last/")
-    p.add_argument("--tuner", choices=TUNERS, default="full", help="full (the paper) or lora (default %(default)s)")
-    p.add_argument("--config", type=_optional(str), default=None, help="recipe YAML (default configs/finetune_<tuner>.yaml)")
-    p.add_argument("--nproc-per-node", type=int, default=1, help="GPUs on this node (ms-swift runs torchrun)")
-    p.add_argument("--lr", type=_optional(float), default=None,
-                   help="learning rate (default: the config's, 1e-5 full as in the paper; the authors' script used 1e-6)")
-    p.add_argument("--epochs", type=_optional(float), default=None, help="epochs (default: the config's, 5)")
-    p.add_argument("--max-length", type=_optional(int), default=None, help="max tokens per row; longer rows are dropped")
-    p.add_argument("--deepspeed", type=_optional(str), default=None, help="zero2, zero3, a JSON file, or none")
-    p.add_argument("--torch-dtype", type=_optional(str), default=None, help="bfloat16 (GPU), float32 (CPU)")
-    p.add_argument("--max-steps", type=_optional(int), default=None, help="stop after this many optimizer steps")
-    p.add_argument("--eval-steps", type=_optional(int), default=None, help="evaluate every N steps (default: config's)")
-    p.add_argument("--save-steps", type=_optional(int), default=None, help="save every N steps (default: config's)")
-    p.add_argument("--model-type", type=_optional(str), default=None, help="ms-swift model_type (default: config's, qwen2)")
-    p.add_argument("--template", type=_optional(str), default=None, help="ms-swift template (default: config's, deepseek_r1)")
-    p.add_argument("--tokenizer", type=_optional(str), default=None, help="tokenizer for the data check (default: --model)")
-    p.add_argument("--swift-bin", type=_optional(str), default=None, help="ms-swift launcher (default $SWIFT_BIN or .venv-swift/bin/swift)")
-    p.add_argument("--skip-check", action="store_true", help="do not check the data before training")
-    p.add_argument("--validate-args", action="store_true",
-                   help="have ms-swift's own parser check the arguments first (with --dry-run: check only)")
-    p.add_argument("--dry-run", action="store_true", help="print the swift command and stop")
+    """Every flag of `sprint finetune` / `python -m sprint.finetune`, from the two dataclasses."""
+    add_options(p, FinetuneOptions)
+    add_options(p, FinetuneRun)
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more `swift sft` arguments (they win)")
 
 
@@ -393,48 +395,29 @@ def options_from_args(args: argparse.Namespace) -> FinetuneOptions:
     extra = list(args.extra or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
-    return FinetuneOptions(
-        model=args.model, train_data=args.train, val_data=args.val, output_dir=args.output_dir,
-        tuner=args.tuner, config=args.config, nproc_per_node=args.nproc_per_node,
-        learning_rate=args.lr, epochs=args.epochs, max_length=args.max_length, deepspeed=args.deepspeed,
-        torch_dtype=args.torch_dtype, max_steps=args.max_steps, eval_steps=args.eval_steps,
-        save_steps=args.save_steps, model_type=args.model_type, template=args.template, extra_args=extra,
-    )
+    return config_from(FinetuneOptions, args, extra_args=extra)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "finetune",
-        help="fine-tune with ms-swift (check the data, then run `swift sft` with configs/finetune_<tuner>.yaml)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(p)
-    p.set_defaults(func=_run)
+    parser = add_command(subparsers, "finetune", _main, description=__doc__,
+                         help="fine-tune with ms-swift (check the data, then run `swift sft` with configs/finetune_<tuner>.yaml)")
+    add_arguments(parser)
 
 
-def _run(args: argparse.Namespace) -> int:
-    return run_finetune(
-        options_from_args(args),
-        args.swift_bin,
-        dry_run=args.dry_run,
-        check_data=not args.skip_check,
-        validate=args.validate_args,
-        tokenizer=args.tokenizer,
-    )
+def _main(args: argparse.Namespace) -> int:
+    how = config_from(FinetuneRun, args)
+    return run_finetune(options_from_args(args), how.swift_bin, dry_run=how.dry_run, check_data=not how.skip_check,
+                        validate=how.validate_args, tokenizer=how.tokenizer)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m sprint.finetune …`, the same as `python -m sprint finetune …` (run_finetune.sh uses it)."""
-    import logging
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m sprint.finetune", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m sprint.finetune", description=__doc__, formatter_class=HelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        return _run(args)
+        return _main(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -1,4 +1,7 @@
-"""Grading of final answers: MATH (Math-Verify + normalisation), GPQA letters, Countdown.
+"""Answer comparisons: MATH (Math-Verify + normalisation), GPQA letters, Countdown.
+
+The task adapters (`sprint.tasks`) decide which comparison a task uses; this module knows no
+task names.
 
 Why this shape:
 - Math-Verify guards its sympy work with SIGALRM, which only works on the main thread. Here the
@@ -27,8 +30,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from sprint.errors import UserError
-
-TASKS = ("math", "gpqa", "countdown")
 
 # Seconds Math-Verify may spend on one parse or one comparison before the answer counts as wrong.
 DEFAULT_TIMEOUT_S = 5
@@ -502,10 +503,11 @@ def check_countdown(expr: str | None, nums: Sequence[int], target: int) -> bool:
     return Counter(used) == Counter(int(n) for n in nums) and value == target
 
 
-# --------------------------------------------------------------------------- dispatch
+# --------------------------------------------------------------------------- gold values
 
 
-def _countdown_gold(gold: object) -> tuple[list[int], int]:
+def countdown_gold(gold: object) -> tuple[list[int], int]:
+    """`nums` and `target` of a Countdown gold answer ({'nums': [...], 'target': N})."""
     if not isinstance(gold, Mapping) or "nums" not in gold or "target" not in gold:
         raise UserError(
             f"Countdown gold must be a mapping with 'nums' and 'target', got {gold!r}; "
@@ -514,28 +516,7 @@ def _countdown_gold(gold: object) -> tuple[list[int], int]:
     return [int(n) for n in gold["nums"]], int(gold["target"])
 
 
-def _check_task(task: str) -> None:
-    if task not in TASKS:
-        raise UserError(f"unknown task {task!r}; use one of {', '.join(TASKS)}")
-
-
-def _check_gold(task: str, gold: object) -> None:
-    if gold is None or (isinstance(gold, str) and not gold.strip()):
-        raise UserError(
-            f"a {task} problem has no gold answer; pass gold answers for every problem graded"
-        )
-
-
-def grade(task: str, pred: str | None, gold: object) -> bool:
-    """Grade one prediction for `task` ("math" | "gpqa" | "countdown")."""
-    _check_task(task)
-    _check_gold(task, gold)
-    if task == "math":
-        return grade_math(pred, str(gold))
-    if task == "gpqa":
-        return grade_gpqa(pred, str(gold))
-    nums, target = _countdown_gold(gold)
-    return check_countdown(pred, nums, target)
+# --------------------------------------------------------------------------- MATH batches
 
 
 @dataclass(frozen=True)
@@ -576,29 +557,22 @@ def _grade_pending_in_pool(
     return results
 
 
-def grade_many(
-    task: str,
+def grade_math_many(
     preds: Sequence[str | None],
-    golds: Sequence[object],
+    golds: Sequence[str],
     workers: int | None = None,
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     min_pool_items: int = MIN_ITEMS_FOR_POOL,
 ) -> list[bool]:
-    """Grade a batch. For MATH, answers settled by normalisation skip sympy; the rest run in a
+    """Grade a batch of MATH answers. Answers settled by normalisation skip sympy; the rest run in a
     process pool when at least `min_pool_items` need sympy (workers=None: one per CPU;
     workers<=1: always in this process). Workers are spawned, so a script calling this needs
     the usual `if __name__ == "__main__":` guard."""
-    _check_task(task)
     if len(preds) != len(golds):
         raise UserError(
             f"{len(preds)} predictions but {len(golds)} gold answers; pass one gold per prediction"
         )
-    for gold in golds:
-        _check_gold(task, gold)
-    if task != "math":
-        return [grade(task, p, g) for p, g in zip(preds, golds)]
-
     results: list[bool | None] = [_fast_math(p, str(g)) for p, g in zip(preds, golds)]
     jobs = [
         _MathJob(i, str(p), str(g))

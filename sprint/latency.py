@@ -9,7 +9,7 @@ the three effects that matter for an interleaved planner/executor schedule:
   `s_per_token × (1 + batch_slowdown × (n − 1))`, and at most `capacity` sequences are served
   at once (the rest queue).
 
-The replay server (`sprint.replay`) applies the model to live requests, with contention;
+The replay server (`sprint.replay_server`) applies the model to live requests, with contention;
 `critical_path` gives the lowest wall-clock one problem can reach under a schedule when it has
 the GPU to itself.
 
@@ -30,6 +30,7 @@ comparing schedules, not for predicting a particular deployment.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sprint.trajectory import Counter, Trajectory, render_question
 
@@ -165,18 +166,12 @@ def critical_path_timeline(
     return timing
 
 
-def critical_path(
-    traj: Trajectory,
-    model: LatencyModel,
-    counter: Counter,
-    schedule: str = "barrier",
-    prompt_overhead_tokens: int = 0,
-    stop_tags: bool = True,
-) -> float:
+def critical_path(traj: Trajectory, model: LatencyModel, counter: Counter, schedule: str = "barrier", **options: Any) -> float:
     """Lowest wall-clock seconds for one problem under `schedule`, with the GPU to itself.
 
     barrier: a phase's executors start when its plan is complete. stream: executor p.k starts
     as soon as the planner has written its `</prompt_p.k>`, seeing the plan up to there. Either
     way the next phase starts when the plan is finished and all executions are done.
+    `options` (`prompt_overhead_tokens`, `stop_tags`) are those of `critical_path_timeline`.
     """
-    return critical_path_timeline(traj, model, counter, schedule, prompt_overhead_tokens, stop_tags).total
+    return critical_path_timeline(traj, model, counter, schedule, **options).total

@@ -11,13 +11,13 @@ run can be replayed offline against no server at all.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import hashlib
 import json
 import logging
 import os
 import random
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -27,6 +27,7 @@ from typing import Any
 import openai
 
 from sprint.errors import UserError
+from sprint.records import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,24 @@ ERROR_KINDS = frozenset({"timeout", "server_error", "rate_limit", "bad_request",
 TRANSIENT_KINDS = frozenset({"timeout", "server_error", "rate_limit", "connection", "empty"})
 
 OnText = Callable[[str], None]
+
+DEFAULT_MAX_CONNECTION_FAILURES = 10  # failed connections in a row before a client stops calling (0: never)
+
+
+@dataclass
+class RunStop:
+    """Why the current run should start no more items (set by a client whose circuit breaker tripped)."""
+
+    reason: str | None = None
+
+    def trip(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+
+# The stop signal of the item loop running in this context (`sprint.stage.run_items` sets it; tasks
+# it creates inherit it). Not a global: each run, and each asyncio context, has its own.
+RUN_STOP: contextvars.ContextVar[RunStop | None] = contextvars.ContextVar("sprint_run_stop", default=None)
 
 
 @dataclass(frozen=True)
@@ -114,11 +133,13 @@ class Completion:
 class LLMError(Exception):
     """A classified failure after retries; `kind` is one of ERROR_KINDS."""
 
-    def __init__(self, kind: str, message: str, *, status: int | None = None, attempts: int = 0) -> None:
+    def __init__(self, kind: str, message: str, *, status: int | None = None, attempts: int = 0,
+                 stopped: bool = False) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
         self.attempts = attempts
+        self.stopped = stopped  # refused by the circuit breaker: retrying now is pointless
 
 
 @dataclass
@@ -131,6 +152,9 @@ class LLMConfig:
     max_retries: int = 3  # retries on transient errors
     backoff: float = 1.0  # base seconds, exponential with jitter, capped
     cache_dir: Path | None = None  # content-addressed cache; None = no cache
+    # circuit breaker: after this many failed connections in a row (any call), every call fails at once
+    # and the run stops starting items; a dead server then ends a run in seconds, not after every retry
+    max_connection_failures: int = DEFAULT_MAX_CONNECTION_FAILURES
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -139,6 +163,8 @@ class LLMConfig:
             raise UserError(f"timeout must be positive, got {self.timeout}")
         if self.max_retries < 0:
             raise UserError(f"max retries must be >= 0, got {self.max_retries}")
+        if self.max_connection_failures < 0:
+            raise UserError(f"max connection failures must be >= 0 (0: never stop), got {self.max_connection_failures}")
         if self.cache_dir is not None:
             self.cache_dir = Path(self.cache_dir)
 
@@ -259,6 +285,8 @@ class LLMClient:
         self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
+        self._failed_connections = 0  # in a row, over every call of this client
+        self.stopped: str | None = None  # set when the circuit breaker trips: why
 
     def __repr__(self) -> str:  # keep the key out of reprs
         return f"LLMClient(base_url={self.config.base_url!r}, model={self.config.model!r})"
@@ -351,6 +379,7 @@ class LLMClient:
         start: float | None = None
         while True:
             attempts += 1
+            self._refuse_if_stopped(attempts - 1)
             async with semaphore:
                 if start is None:
                     start = time.time()
@@ -361,6 +390,7 @@ class LLMClient:
                     failure = None
                 except Exception as exc:  # classified below; anything unexpected propagates
                     failure = _classify(exc)
+            self._count_connection(failure)
             if failure is None:
                 break
             self.usage.errors[failure.kind] = self.usage.errors.get(failure.kind, 0) + 1
@@ -376,6 +406,7 @@ class LLMClient:
             delay = self._delay(attempts, failure.retry_after)
             log.debug("attempt %d failed (%s); retrying in %.2fs", attempts, failure.kind, delay)
             await asyncio.sleep(delay)
+            self._refuse_if_stopped(attempts)
 
         text, finish, stop_reason, prompt_tokens, completion_tokens = result
         self.usage.prompt_tokens += prompt_tokens
@@ -393,6 +424,28 @@ class LLMClient:
         )
         self._cache_put(key, kind, done)
         return done
+
+    def _count_connection(self, failure: _Attempt | None) -> None:
+        """The circuit breaker: count failed connections in a row; any answer from the server resets it."""
+        if failure is None or failure.kind not in ("connection", "timeout"):
+            self._failed_connections = 0
+        elif failure.kind == "connection":
+            self._failed_connections += 1
+            limit = self.config.max_connection_failures
+            if limit and self._failed_connections >= limit and self.stopped is None:
+                self.stopped = (f"server at {self.config.base_url} stopped answering after {self._failed_connections} "
+                                "connection failures in a row")
+                log.debug("circuit breaker tripped: %s", self.stopped)
+        if self.stopped is not None:
+            stop = RUN_STOP.get()
+            if stop is not None:
+                stop.trip(self.stopped)
+
+    def _refuse_if_stopped(self, attempts: int) -> None:
+        """After the breaker tripped, a call fails at once (a transient `connection` failure: a re-run redoes it)."""
+        if self.stopped is not None:
+            self.usage.failures += 1
+            raise LLMError("connection", self.stopped, attempts=attempts, stopped=True)
 
     def _delay(self, attempts: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -515,11 +568,4 @@ class LLMClient:
             "completion_tokens": done.completion_tokens,
         }
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:8]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(entry, handle, ensure_ascii=False)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, json.dumps(entry, ensure_ascii=False), private_tmp=True)  # other runs may share the cache

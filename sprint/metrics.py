@@ -177,7 +177,7 @@ def bucket_labels(edges: Sequence[int] = BUCKET_EDGES) -> list[str]:
     return labels
 
 
-def summarize(
+def summarize_results(
     results: Sequence[ProblemResult],
     *,
     resamples: int = DEFAULT_RESAMPLES,

@@ -7,14 +7,19 @@ is fine-tuned on (DESIGN.md, "Exact rendering rules"):
 1. merge: an execution spanning `end - start < 3` lines is folded into its plan (plan-only);
 2. phases: 1 without parents, else max over parents of phase(parent) + (parent has execution);
 3. prompt names `p.k` for the components with an execution, in component order per phase;
-4. plans carry `Observation about execution_x.y:` lines, `-----` breaks and `Based on …:` heads;
+4. plans carry `-----` breaks and `Based on …:` heads (and, with `comments="observe"`,
+   `Observation about execution_x.y:` lines and plan-only comments);
 5. filters: too many phases, too little parallelism, too many prompts in one plan.
+
+The defaults reproduce the authors' released training data byte for byte: merged executions join
+their plan on a new line, comments are dropped (their parser never captured one), and
+`**Final Answer**` is removed from the SFT assistant turn only, never from the trajectory.
 
 The text itself is rendered by `sprint.trajectory` (the one place that knows the tags); this
 module only decides what goes where.
 
 Whitespace choices the rules leave open (fixed here, reproduced by the worked example):
-- a merged execution is appended to its plan text after one space (`MERGE_SEP`);
+- a merged execution is appended to its plan text on a new line (`MERGE_SEP`, as released);
 - a component's tail (its `<prompt_p.k>`, or the comment of a plan-only component) follows its
   plan text after a blank line (`TAIL_SEP`);
 - a component's block is: its observation lines, `-----` (if any), a blank line, then
@@ -26,15 +31,22 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
+import os
 import random
 import re
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from sprint.errors import UserError
+from sprint.data import QUESTION_COLUMNS, Item, fingerprint, iter_jsonl, load_items, parse_range, resolve_local, to_item
+from sprint.errors import UserError, failed_items_exit
+from sprint.options import add_command, config_from, option
+from sprint.prompt_format import sft_user_content
+from sprint.records import RunDir, atomic_write, text_hash, write_jsonl
 from sprint.trajectory import TAG_RE, Execution, Phase, Trajectory, render_prompt, render_question
 
 
@@ -56,7 +68,7 @@ F_STATUS = "status"
 # Rules and defaults.
 
 MERGE_SPAN = 3            # an execution with end - start < MERGE_SPAN becomes part of its plan
-MERGE_SEP = " "           # between a plan and its merged execution text
+MERGE_SEP = "\n"          # between a plan and its merged execution text (the released data's join)
 TAIL_SEP = "\n\n"         # between a plan text and its prompt tag / plan-only comment
 BREAK = "-----"           # between trains of thought inside one plan
 DEFAULT_MAX_PHASES = 12
@@ -64,9 +76,11 @@ DEFAULT_THRESHOLD = 1.5
 DEFAULT_TEST_FRAC = 0.1
 DEFAULT_SEED = 42
 MAX_PROMPTS_PER_PLAN = 8  # plans with more prompts than this are not used as training targets
+COMMENT_MODES = ("drop", "observe")  # drop: as the released data (no comments); observe: as the paper describes
+DEFAULT_COMMENTS = "drop"
+FINAL_ANSWER_HEADING = "**Final Answer**\n"  # removed from the SFT assistant turn only
 DEFAULT_AGENT_PROMPT = Path(__file__).resolve().parents[1] / "prompts" / "agent.txt"
 
-_FINAL_ANSWER_HEADING = re.compile(r"^[ \t]*(?:\*\*|#+[ \t]*)?Final Answer:?(?:\*\*)?:?[ \t]*$\n?", re.M | re.I)
 _BOXED = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # Sentence ends and the math delimiters that hide them ("$3! \times 5!$" holds no sentence end).
 _MATH_ENVS = r"(?:align|equation|eqnarray|gather|multline|displaymath)\*?"
@@ -87,7 +101,7 @@ class PackError(ValueError):
 
 
 @dataclass
-class Component:
+class PackedComponent:
     """One component after the merge rule: `execution is None` means plan-only."""
 
     number: int
@@ -100,7 +114,8 @@ class Component:
 
 
 def _text(value: Any) -> str:
-    """A component text field, cleaned: None/"not found" -> "", `**Final Answer**` lines dropped."""
+    """A component text field, stripped; None/"not found" -> "". Headings such as `**Final Answer**`
+    stay: the trajectory keeps them (the SFT assistant turn drops that one, `sft_assistant_content`)."""
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -108,8 +123,6 @@ def _text(value: Any) -> str:
     text = value.strip()
     if len(text) == 9 and text.lower() == "not found":
         return ""
-    if ("nswer" in text or "NSWER" in text) and _FINAL_ANSWER_HEADING.search(text):
-        text = re.sub(r"\n{3,}", "\n\n", _FINAL_ANSWER_HEADING.sub("", text)).strip()
     return text
 
 
@@ -127,7 +140,7 @@ def _span(value: Any, number: int) -> int | None:
     return end - start
 
 
-def parse_dag(raw: Any, n: int) -> dict[int, list[int]]:
+def read_dag(raw: Any, n: int) -> dict[int, list[int]]:
     """Parent lists by component number; a node missing from the dict has no parents."""
     if isinstance(raw, str):
         try:
@@ -156,7 +169,7 @@ def parse_dag(raw: Any, n: int) -> dict[int, list[int]]:
     return parents
 
 
-def components_from_record(row: dict[str, Any]) -> list[Component]:
+def packed_components(row: dict[str, Any]) -> list[PackedComponent]:
     """Read a stage-2 record's components + dag and apply the merge rule."""
     raw = row.get(F_COMPONENTS)
     if isinstance(raw, str):
@@ -168,7 +181,7 @@ def components_from_record(row: dict[str, Any]) -> list[Component]:
         raise PackError("no_components", "record has no components")
     if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
         raise PackError("invalid_components", "components must be a list of objects")
-    dag = parse_dag(row.get(F_DAG), len(raw))
+    dag = read_dag(row.get(F_DAG), len(raw))
     out = []
     for i, c in enumerate(raw, 1):
         plan = _text(c.get(F_PLAN_TEXT))
@@ -181,8 +194,8 @@ def components_from_record(row: dict[str, Any]) -> list[Component]:
         has_execution = bool(execution) and not merged
         if has_execution and not prompt:
             raise PackError("invalid_components", f"component {i} has an execution but no prompt")
-        out.append(Component(i, plan, prompt, execution if has_execution else None,
-                             _text(c.get(F_COMMENT_TEXT)) or None, dag[i], merged))
+        out.append(PackedComponent(i, plan, prompt, execution if has_execution else None,
+                                   _text(c.get(F_COMMENT_TEXT)) or None, dag[i], merged))
     return out
 
 
@@ -190,7 +203,7 @@ def components_from_record(row: dict[str, Any]) -> list[Component]:
 # Phases, names, plans.
 
 
-def assign_phases(components: list[Component]) -> dict[int, int]:
+def assign_phases(components: list[PackedComponent]) -> dict[int, int]:
     """Longest-path phase of each component, in component order (parents come first)."""
     phase: dict[int, int] = {}
     by_number = {c.number: c for c in components}
@@ -201,7 +214,7 @@ def assign_phases(components: list[Component]) -> dict[int, int]:
     return phase
 
 
-def prompt_names(components: list[Component], phases: dict[int, int]) -> dict[int, str]:
+def prompt_names(components: list[PackedComponent], phases: dict[int, int]) -> dict[int, str]:
     """`p.k` for every component with an execution, k counting in component order within phase p."""
     counts: Counter[int] = Counter()
     names = {}
@@ -213,22 +226,26 @@ def prompt_names(components: list[Component], phases: dict[int, int]) -> dict[in
     return names
 
 
-def render_plan(members: list[Component], phases: dict[int, int], names: dict[int, str],
-                by_number: dict[int, Component]) -> str:
-    """The plan text of one phase (without the `<Plan_p>` tags), per DESIGN's six steps."""
+def render_plan(members: list[PackedComponent], phases: dict[int, int], names: dict[int, str],
+                by_number: dict[int, PackedComponent], comments: str = DEFAULT_COMMENTS) -> str:
+    """The plan text of one phase (without the `<Plan_p>` tags), per DESIGN's six steps.
+
+    `comments="drop"` (the released data) leaves out steps 1 and 6's comment; "observe" renders them.
+    """
+    observe = comments == "observe"
     blocks: list[str] = []
-    prev: Component | None = None
+    prev: PackedComponent | None = None
     prev_based: list[str] = []
     for c in members:
         sources = [by_number[p] for p in c.parents
                    if by_number[p].execution is not None and phases[p] < phases[c.number]]
-        lines = [f"Observation about execution_{names[p.number]}: {p.comment}" for p in sources if p.comment]
+        lines = [f"Observation about execution_{names[p.number]}: {p.comment}" for p in sources if p.comment and observe]
         if prev is not None and c.number != prev.number + 1:
             lines.append(BREAK)
         lines.append("")
         based = [names[p.number] for p in sources]
         head = "Based on " + ", ".join(f"execution_{n}" for n in based) + ":\n" if based and based != prev_based else ""
-        tail = render_prompt(names[c.number], c.prompt) if c.execution is not None else (c.comment or "")
+        tail = render_prompt(names[c.number], c.prompt) if c.execution is not None else (c.comment or "") if observe else ""
         text = (head + TAIL_SEP.join(t for t in (c.plan, tail) if t)).rstrip()
         if text or len(lines) > 1:
             lines.append(text)
@@ -237,7 +254,8 @@ def render_plan(members: list[Component], phases: dict[int, int], names: dict[in
     return "\n".join(blocks).strip()
 
 
-def build_trajectory(question: str, components: list[Component], final_answer: str | None) -> Trajectory:
+def build_trajectory(question: str, components: list[PackedComponent], final_answer: str | None,
+                     comments: str = DEFAULT_COMMENTS) -> Trajectory:
     """Components (merged, with parents) -> the trajectory model; rendering is left to it."""
     phases = assign_phases(components)
     names = prompt_names(components, phases)
@@ -245,7 +263,7 @@ def build_trajectory(question: str, components: list[Component], final_answer: s
     out = []
     for p in range(1, max(phases.values(), default=0) + 1):
         members = [c for c in components if phases[c.number] == p]
-        plan = render_plan(members, phases, names, by_number)
+        plan = render_plan(members, phases, names, by_number, comments)
         executions = [Execution(names[c.number], c.execution) for c in members if c.execution is not None]
         out.append(Phase(p, plan, executions))
     return Trajectory(question.strip(), out, final_answer)
@@ -301,6 +319,7 @@ class PackSettings:
     max_phases: int = DEFAULT_MAX_PHASES
     parallelization_threshold: float = DEFAULT_THRESHOLD
     max_prompts_per_plan: int = MAX_PROMPTS_PER_PLAN
+    comments: str = DEFAULT_COMMENTS
 
 
 @dataclass
@@ -330,10 +349,11 @@ class PackResult:
         }
 
 
-def _tag_in_text(question: str, components: list[Component], final: str) -> str | None:
-    """Where a text holds one of the format's tags (which would break parsing), else None."""
+def _tag_in_text(question: str, components: list[PackedComponent], final: str, comments: bool = True) -> str | None:
+    """Where a rendered text holds one of the format's tags (which would break parsing), else None."""
     for where, text in [("question", question), ("final answer", final)] + [
-        (f"component {c.number}", t) for c in components for t in (c.plan, c.prompt, c.execution, c.comment) if t
+        (f"component {c.number}", t) for c in components
+        for t in (c.plan, c.prompt, c.execution, c.comment if comments else None) if t
     ]:
         m = TAG_RE.search(text)
         if m:
@@ -350,16 +370,16 @@ def pack_record(item_id: str, question: str, row: dict[str, Any], settings: Pack
     if not question.strip():
         return PackResult(item_id, "dropped", "no_question", "record has no question")
     try:
-        components = components_from_record(row)
+        components = packed_components(row)
     except PackError as exc:
         return PackResult(item_id, "dropped", exc.reason, str(exc))
     final = final_answer_from_solution(row.get(F_SOLUTION))
     if final is None:
         return PackResult(item_id, "dropped", "no_boxed", "reference solution has no \\boxed{} answer")
-    tagged = _tag_in_text(question, components, final)
+    tagged = _tag_in_text(question, components, final, comments=s.comments == "observe")
     if tagged:  # the trajectory would not parse back: the model would learn a broken format
         return PackResult(item_id, "dropped", "tag_in_text", tagged)
-    traj = build_trajectory(question, components, final)
+    traj = build_trajectory(question, components, final, s.comments)
     n_phases = len(traj.phases)
     n_exec = sum(1 for c in components if c.execution is not None)
     per_plan = max((len(p.executions) for p in traj.phases), default=0)
@@ -378,14 +398,11 @@ def pack_record(item_id: str, question: str, row: dict[str, Any], settings: Pack
     return res
 
 
-def sft_user_content(agent_prompt: str, question: str) -> str:
-    """The user turn of training (and of inference): agent prompt, then the question block."""
-    return agent_prompt.rstrip() + "\n\n" + render_question(question) + "\n\n"
-
-
 def sft_assistant_content(traj: Trajectory, body: str | None = None) -> str:
-    """The assistant turn: the whole trajectory after the question, inside `<think>`."""
-    return "<think>\n" + (traj.render_body() if body is None else body) + "\n</think>"
+    """The assistant turn: the whole trajectory after the question, inside `<think>`, without
+    `**Final Answer**\n` (removed here only, as in the released data; the trajectory keeps it)."""
+    text = traj.render_body() if body is None else body
+    return "<think>\n" + text.replace(FINAL_ANSWER_HEADING, "") + "\n</think>"
 
 
 def sft_example(agent_prompt: str, item_id: str, traj: Trajectory, body: str | None = None) -> dict[str, Any]:
@@ -399,13 +416,21 @@ def sft_example(agent_prompt: str, item_id: str, traj: Trajectory, body: str | N
     }
 
 
+def n_test_rows(n: int, test_frac: float) -> int:
+    """Rows in the test split: ceil(test_frac * n), exactly as scikit-learn's `train_test_split` (which
+    the authors used) computes it, so 5 kept traces at 0.1 give 1 test row, not 0. Train keeps at least one row; one trace stays in train."""
+    if n < 2 or test_frac <= 0:
+        return 0
+    return min(n - 1, math.ceil(test_frac * n))
+
+
 def split_ids(ids: list[str], test_frac: float, seed: int) -> tuple[set[str], set[str]]:
     """A reproducible train/test split: the same ids, fraction and seed give the same split."""
     if not 0 <= test_frac < 1:
         raise UserError(f"test fraction {test_frac} must be in [0, 1); e.g. 0.1 for a 90/10 split")
     order = sorted(ids)
     random.Random(seed).shuffle(order)
-    n_test = round(len(order) * test_frac)
+    n_test = n_test_rows(len(order), test_frac)
     return set(order[n_test:]), set(order[:n_test])
 
 
@@ -447,7 +472,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 def push_dataset(train: list[dict], test: list[dict], repo: str) -> None:
     """Upload train/test as one DatasetDict; any failure becomes a clear UserError."""
     try:
-        import datasets
+        import datasets  # here, not at the top: importing it costs a second of every `pack` start
 
         dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(train), "test": datasets.Dataset.from_list(test)})
         dd.push_to_hub(repo)
@@ -464,8 +489,6 @@ def input_fingerprint(source: str, items: list) -> str:
     Hashing the file is ~5x cheaper than re-serialising every row (`data.fingerprint`, used for
     hub datasets), which matters at thousands of 70 kB records.
     """
-    from sprint.data import fingerprint, resolve_local
-
     path = resolve_local(source) or Path(source).expanduser()
     if path.is_dir():
         path = path / "records.jsonl"
@@ -478,133 +501,265 @@ def input_fingerprint(source: str, items: list) -> str:
     return h.hexdigest()[:16]
 
 
-def pack(
-    input: str,
-    out_dir: str | Path,
-    *,
-    max_phases: int = DEFAULT_MAX_PHASES,
-    parallelization_threshold: float = DEFAULT_THRESHOLD,
-    test_frac: float = DEFAULT_TEST_FRAC,
-    seed: int = DEFAULT_SEED,
-    agent_prompt_path: str | Path = DEFAULT_AGENT_PROMPT,
-    max_prompts_per_plan: int = MAX_PROMPTS_PER_PLAN,
-    push_to_hub: str | None = None,
-    overwrite: bool = False,
-    range_spec: str | None = None,
-    split: str | None = "train",
-    subset: str | None = None,
-) -> dict[str, Any]:
+@dataclass
+class PackConfig:
+    """`sprint pack` settings; every default is the paper's recipe unless its help says otherwise."""
+
+    data: str = option(help="stage-2 output folder (its ok records), a .jsonl/.json/.parquet file or a hub id",
+                       flags=("--input", "-i", "--data"), metavar="SOURCE", var="DATA")
+    out_dir: str = option(help="output folder (train/test/records/summary/manifest)", flags=("--out-dir", "-o"),
+                          var="OUT_DIR")
+    split: str | None = option("train", "dataset split (hub datasets, files with a split column)")
+    subset: str | None = option(None, "dataset configuration name (hub datasets)")
+    max_phases: int = option(DEFAULT_MAX_PHASES, "traces with more than MAX_PHASES-1 phases are dropped", var="MAX_PHASES")
+    parallelization_threshold: float = option(DEFAULT_THRESHOLD, "drop traces whose executions/phases is below this",
+                                              var="PARALLELIZATION_THRESHOLD")
+    max_prompts_per_plan: int = option(MAX_PROMPTS_PER_PLAN, "drop traces with a plan holding more prompts than this")
+    test_frac: float = option(DEFAULT_TEST_FRAC, "test split fraction (a 90/10 split)", var="TEST_FRAC")
+    seed: int = option(DEFAULT_SEED, "split seed", var="SEED")
+    agent_prompt: str = option(str(DEFAULT_AGENT_PROMPT), "agent prompt template (the system text of every example)")
+    range_spec: str | None = option(None, "rows to pack, e.g. 0:100 (default: all)", flags=("--range",),
+                                    metavar="START:END", var="RANGE")
+    push_to_hub: str | None = option(None, "also push train/test to this hub dataset repo", metavar="REPO",
+                                     var="OUTPUT_HUB_PATH")
+    overwrite: bool = option(False, "replace an output folder written with another configuration")
+
+
+def pack(input: str, out_dir: str | Path, **settings: Any) -> dict[str, Any]:
     """Pack every input trace; write records.jsonl, train.jsonl, test.jsonl, summary.json, manifest.json.
 
-    Packing is deterministic and cheap, so a re-run recomputes everything instead of resuming.
-    Returns the summary (also printed and saved).
+    Keyword arguments are the fields of `PackConfig`. Packing is deterministic and cheap, so a
+    re-run recomputes everything instead of resuming. Returns the summary (also printed and saved).
     """
-    from sprint.data import load_items
-    from sprint.records import RunDir, text_hash, write_jsonl
+    return pack_with(PackConfig(data=input, out_dir=str(out_dir), **settings))
 
-    if max_phases < 2:
-        raise UserError(f"max phases {max_phases} leaves no room for a trace; use at least 2 (default 12)")
-    prompt_path = Path(agent_prompt_path)
+
+def pack_with(cfg: PackConfig) -> dict[str, Any]:
+    """`pack` for a built config (the CLI's path)."""
+    if cfg.max_phases < 2:
+        raise UserError(f"max phases {cfg.max_phases} leaves no room for a trace; use at least 2 (default {DEFAULT_MAX_PHASES})")
+    prompt_path = Path(cfg.agent_prompt)
     if not prompt_path.is_file():
         raise UserError(f"agent prompt {prompt_path} does not exist; pass --agent-prompt PATH")
     agent_prompt = prompt_path.read_text(encoding="utf-8")
+    split_ids([], cfg.test_frac, cfg.seed)  # a bad --test-frac fails now, before the folder is touched
     started = time.monotonic()
-    items = load_items(input, split=split, subset=subset, range_spec=range_spec)
+    source = PackInput.open(cfg)
     config = {
-        "data": input,
-        "split": split,
-        "subset": subset,
-        "out_dir": str(out_dir),
-        "range": range_spec,
-        "overwrite": overwrite,
-        "max_phases": max_phases,
-        "parallelization_threshold": parallelization_threshold,
-        "max_prompts_per_plan": max_prompts_per_plan,
-        "test_frac": test_frac,
-        "seed": seed,
+        "data": cfg.data,
+        "split": cfg.split,
+        "subset": cfg.subset,
+        "out_dir": str(cfg.out_dir),
+        "range": cfg.range_spec,
+        "overwrite": cfg.overwrite,
+        "max_phases": cfg.max_phases,
+        "parallelization_threshold": cfg.parallelization_threshold,
+        "max_prompts_per_plan": cfg.max_prompts_per_plan,
+        "test_frac": cfg.test_frac,
+        "seed": cfg.seed,
         "agent_prompt": str(prompt_path),
         "agent_prompt_hash": text_hash(agent_prompt),
         "merge_span": MERGE_SPAN,
     }
-    run = RunDir(Path(out_dir), "pack", config, overwrite=overwrite)
-    settings = PackSettings(max_phases, parallelization_threshold, max_prompts_per_plan)
-    results = [pack_record(it.id, it.question, it.row, settings) for it in items]
-    kept = [r for r in results if r.status == "ok"]
-    train_ids, test_ids = split_ids([r.id for r in kept], test_frac, seed)
-    train = [sft_example(agent_prompt, r.id, r.trajectory, r.body) for r in kept if r.id in train_ids]
-    test = [sft_example(agent_prompt, r.id, r.trajectory, r.body) for r in kept if r.id in test_ids]
+    with RunDir(Path(cfg.out_dir), "pack", config, overwrite=cfg.overwrite) as run:
+        return _pack_into(run, cfg, source, agent_prompt, started)
 
-    records = []
-    for r in results:
-        rec = r.record()
-        rec["split"] = "train" if r.id in train_ids else "test" if r.id in test_ids else None
-        records.append(rec)
-    write_jsonl(run.records_path, records)
-    run.done = {rec["id"]: rec for rec in records}
-    write_jsonl(run.path / "train.jsonl", train)
-    write_jsonl(run.path / "test.jsonl", test)
-    summary = _summary(results, len(train), len(test))
+
+class PackInput:
+    """The input traces, read one at a time from a local JSONL file or a stage folder's records.jsonl
+    (what stage 2 writes: 6,000 traces are ~400 MB, OpenThoughts-size inputs ten times that), so
+    packing holds one trace at a time. Other sources (hub ids, parquet, .json, a negative --range,
+    a file with a split column) are loaded whole by `load_items`, as every stage does."""
+
+    def __init__(self, cfg: PackConfig, path: Path | None, stage: bool, selected: range | None) -> None:
+        self.cfg, self.path, self.stage, self.selected = cfg, path, stage, selected
+        self.loaded: list | None = None  # the items, when loaded whole
+        self.rows = self.eligible = self.items = self.with_question = 0
+        self.statuses: set[str] = set()
+        self.columns: list[str] = []
+
+    @classmethod
+    def open(cls, cfg: PackConfig) -> PackInput:
+        path = resolve_local(cfg.data) or Path(cfg.data).expanduser()
+        stage = path.is_dir() and (path / "records.jsonl").is_file()
+        file = path / "records.jsonl" if stage else path
+        spec = (cfg.range_spec or "").strip()
+        streamable = (stage or (path.is_file() and path.suffix.lower() == ".jsonl")) and "-" not in spec
+        if streamable and not stage and cfg.split:
+            first = next(iter_jsonl(file), None)
+            streamable = first is not None and "split" not in first  # a split column filters the rows: load whole
+        if not streamable:
+            inp = cls(cfg, None, False, None)
+            inp.loaded = load_items(cfg.data, split=cfg.split, subset=cfg.subset, range_spec=cfg.range_spec)
+            inp.items = len(inp.loaded)
+            return inp
+        return cls(cfg, file, stage, parse_range(cfg.range_spec, sys.maxsize))
+
+    def __iter__(self) -> Iterator[Item]:
+        if self.loaded is not None:
+            yield from self.loaded
+            return
+        assert self.path is not None and self.selected is not None
+        taken: set[str] = set()
+        for row in iter_jsonl(self.path):
+            self.rows += 1
+            if not self.columns:
+                self.columns = sorted(row)
+            if self.stage and row.get("status", "ok") != "ok":
+                self.statuses.add(str(row.get("status")))
+                continue
+            index = self.eligible
+            self.eligible += 1
+            if index < self.selected.start:
+                continue
+            if index >= self.selected.stop:
+                break
+            item = to_item(row, index)
+            if item.id in taken:  # duplicate ids would collide in the outputs (as `load_items` renames them)
+                n = 1
+                while f"{item.id}_{n}" in taken:
+                    n += 1
+                item.id = f"{item.id}_{n}"
+            taken.add(item.id)
+            self.items += 1
+            self.with_question += bool(item.question.strip())
+            yield item
+
+    def check(self) -> None:
+        """After the pass: the input errors `load_items` raises before one (the outputs are not yet in place)."""
+        if self.loaded is not None:
+            return
+        source = self.cfg.data
+        if self.stage and self.rows and not self.eligible:
+            raise UserError(f"{self.path} holds {self.rows} records but none with status ok (statuses: "
+                            f"{', '.join(sorted(self.statuses))}); re-run the stage that wrote {self.path.parent} "
+                            "(see the errors in its records)")
+        if not self.eligible:
+            raise UserError(f"input {source!r} (split {self.cfg.split!r}) has no rows")
+        if not self.items:
+            raise UserError(f"range {self.cfg.range_spec!r} selects no rows of {source!r}, which has {self.eligible}; "
+                            f"pass START:END within 0:{self.eligible}")
+        if not self.with_question:
+            if set(QUESTION_COLUMNS) & set(self.columns):
+                raise UserError(f"input {source!r}: the question is empty in all {self.items} selected rows; "
+                                "check the data file (and --range)")
+            raise UserError(f"input {source!r} has no question column (columns: {', '.join(self.columns)}); "
+                            "see README for the accepted layouts")
+
+
+# Working files of one run (`*.tmp`: a killed run's are cleared by the next, see RunDir.clear).
+_RECORDS_PART = "pack-records.tmp"
+_KEPT_PART = "pack-kept.tmp"
+
+
+def _pack_into(run: RunDir, cfg: PackConfig, source: PackInput, agent_prompt: str, started: float) -> dict[str, Any]:
+    """`pack_with` once the folder is open (and locked), in bounded memory.
+
+    Pass 1 packs trace by trace, appending each record and each kept trace's SFT row to working
+    files and keeping only ids and summary numbers. The split needs the number of kept traces
+    (ceil(test_frac * kept) test rows), so it is decided after pass 1 from the kept ids alone, by
+    `split_ids` as before. Pass 2 copies the working files into records.jsonl (adding each
+    record's split), train.jsonl and test.jsonl, line by line, without parsing them again; each
+    appears whole at the end (written as NAME.tmp, then renamed).
+    """
+    settings = PackSettings(cfg.max_phases, cfg.parallelization_threshold, cfg.max_prompts_per_plan)
+    results: list[PackResult] = []  # without their trajectories: the summary's numbers only
+    record_ids: list[str] = []
+    kept_ids: list[str] = []
+    records_part, kept_part = run.path / _RECORDS_PART, run.path / _KEPT_PART
+    try:
+        with open(records_part, "w", encoding="utf-8") as rec_f, open(kept_part, "w", encoding="utf-8") as kept_f:
+            for it in source:
+                r = pack_record(it.id, it.question, it.row, settings)
+                rec_f.write(json.dumps(r.record(), ensure_ascii=False) + "\n")
+                record_ids.append(r.id)
+                if r.status == "ok":
+                    kept_f.write(json.dumps(sft_example(agent_prompt, r.id, r.trajectory, r.body), ensure_ascii=False) + "\n")
+                    kept_ids.append(r.id)
+                r.trajectory = r.body = None
+                results.append(r)
+        source.check()
+        train_ids, test_ids = split_ids(kept_ids, cfg.test_frac, cfg.seed)
+        n_train, n_test = _write_split(run.path, kept_part, kept_ids, test_ids)
+        split_of = {i: "test" for i in test_ids}
+        split_of.update((i, "train") for i in train_ids)
+        _write_records(run.records_path, records_part, record_ids, split_of)
+    finally:
+        for part in (records_part, kept_part):
+            part.unlink(missing_ok=True)
+    run.done = {r.id: {"status": r.status} for r in results}  # what the manifest counts
+    summary = _summary(results, n_train, n_test)
     summary["seconds"] = round(time.monotonic() - started, 2)
-    (run.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write(run.path / "summary.json", json.dumps(summary, indent=2) + "\n")
     pushed = None
-    if push_to_hub:
-        push_dataset(train, test, push_to_hub)
-        pushed = push_to_hub
+    if cfg.push_to_hub:
+        push_dataset(_read_rows(run.path / "train.jsonl"), _read_rows(run.path / "test.jsonl"), cfg.push_to_hub)
+        pushed = cfg.push_to_hub
     run.write_manifest(
-        inputs={"source": input, "rows": len(items), "fingerprint": input_fingerprint(input, items)},
+        inputs={"source": cfg.data, "rows": source.items,
+                "fingerprint": input_fingerprint(cfg.data, source.loaded or [])},
         prompts={"agent": agent_prompt},
         extra={"summary": summary, "files": ["records.jsonl", "train.jsonl", "test.jsonl", "summary.json"],
                "pushed_to_hub": pushed},
     )
     print(format_summary(summary))
-    print(f"wrote {run.path}/train.jsonl ({len(train)}), test.jsonl ({len(test)}), records.jsonl, summary.json")
+    print(f"wrote {run.path}/train.jsonl ({n_train}), test.jsonl ({n_test}), records.jsonl, summary.json")
     if pushed:
         print(f"pushed train/test to the hub as {pushed}")
     return summary
 
 
+def _write_split(folder: Path, kept_part: Path, kept_ids: list[str], test_ids: set[str]) -> tuple[int, int]:
+    """train.jsonl and test.jsonl from the kept rows (line i is kept_ids[i]), in input order."""
+    n_train = n_test = 0
+    train_tmp, test_tmp = folder / "train.jsonl.tmp", folder / "test.jsonl.tmp"
+    with open(kept_part, "rb") as src, open(train_tmp, "wb") as train_f, open(test_tmp, "wb") as test_f:
+        for item_id, line in zip(kept_ids, src):
+            if item_id in test_ids:
+                test_f.write(line)
+                n_test += 1
+            else:
+                train_f.write(line)
+                n_train += 1
+    os.replace(train_tmp, folder / "train.jsonl")
+    os.replace(test_tmp, folder / "test.jsonl")
+    return n_train, n_test
+
+
+def _write_records(path: Path, records_part: Path, record_ids: list[str], split_of: dict[str, str]) -> None:
+    """records.jsonl: each record line with `"split"` added as its last key (the line ends in `}`)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(records_part, "rb") as src, open(tmp, "wb") as out:
+        for item_id, line in zip(record_ids, src):
+            split = split_of.get(item_id)
+            out.write(line.rstrip(b"\n")[:-1] + b', "split": ' + json.dumps(split).encode() + b"}\n")
+    os.replace(tmp, path)
+
+
+def _read_rows(path: Path) -> list[dict]:
+    """A written JSONL file back (only for --push-to-hub, which uploads the whole dataset anyway)."""
+    return list(iter_jsonl(path))
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "pack",
-        help="stage 3: pack components + DAGs into trajectories and write the SFT dataset",
-        description="Pack each trace's components and DAG into a SPRINT trajectory (merge short "
-        "executions, assign phases, render plans), filter by phases and parallelism, and write "
-        "train.jsonl / test.jsonl (messages layout) plus records.jsonl, summary.json, manifest.json.",
-    )
-    p.add_argument("--input", "-i", "--data", dest="data", required=True, metavar="SOURCE",
-                   help="stage-2 output folder (its ok records), a .jsonl/.json/.parquet file or a hub id")
-    p.add_argument("--out-dir", "-o", required=True, help="output folder (train/test/records/summary/manifest)")
-    p.add_argument("--split", default="train", help="dataset split (hub datasets, files with a split column); default: train")
-    p.add_argument("--subset", default=None, help="dataset configuration name (hub datasets)")
-    p.add_argument("--max-phases", type=int, default=DEFAULT_MAX_PHASES,
-                   help="traces with more than MAX_PHASES-1 phases are dropped (default %(default)s)")
-    p.add_argument("--parallelization-threshold", type=float, default=DEFAULT_THRESHOLD,
-                   help="drop traces whose executions/phases is below this (default %(default)s)")
-    p.add_argument("--max-prompts-per-plan", type=int, default=MAX_PROMPTS_PER_PLAN,
-                   help="drop traces with a plan holding more prompts than this (default %(default)s)")
-    p.add_argument("--test-frac", type=float, default=DEFAULT_TEST_FRAC, help="test split fraction (default %(default)s)")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="split seed (default %(default)s)")
-    p.add_argument("--agent-prompt", default=str(DEFAULT_AGENT_PROMPT), help="agent prompt template (default prompts/agent.txt)")
-    p.add_argument("--range", dest="range_spec", default=None, metavar="START:END", help="rows to pack, e.g. 0:100 (default: all)")
-    p.add_argument("--push-to-hub", default=None, metavar="REPO", help="also push train/test to this hub dataset repo")
-    p.add_argument("--overwrite", action="store_true", help="replace an output folder written with another configuration")
-    p.set_defaults(func=_run)
+    add_command(subparsers, "pack", _main, PackConfig,
+                help="stage 3: pack components + DAGs into trajectories and write the SFT dataset",
+                description="Pack each trace's components and DAG into a SPRINT trajectory (merge short "
+                "executions, assign phases, render plans), filter by phases and parallelism, and write "
+                "train.jsonl / test.jsonl (messages layout) plus records.jsonl, summary.json, manifest.json.")
 
 
-def _run(args: argparse.Namespace) -> int:
-    pack(
-        args.data,
-        args.out_dir,
-        max_phases=args.max_phases,
-        parallelization_threshold=args.parallelization_threshold,
-        test_frac=args.test_frac,
-        seed=args.seed,
-        agent_prompt_path=args.agent_prompt,
-        max_prompts_per_plan=args.max_prompts_per_plan,
-        push_to_hub=args.push_to_hub,
-        overwrite=args.overwrite,
-        range_spec=args.range_spec,
-        split=args.split,
-        subset=args.subset,
-    )
-    return 0
+# Drops that are the recipe's filters (phases, parallelism, prompts per plan, a reference solution
+# without a boxed final answer) or an upstream stage's failure (reported there): exit 0. Any other
+# drop is an input trace that could not be packed (broken components or DAG, no question, a tag
+# inside the text): the run finishes and exits 3 (sprint.errors).
+FILTER_REASONS = frozenset({"too_many_phases", "low_parallelization", "too_many_prompts_in_plan", "no_boxed",
+                            "upstream_failed"})
+
+
+def _main(args: argparse.Namespace) -> int:
+    summary = pack_with(config_from(PackConfig, args))
+    broken = {reason: n for reason, n in summary["dropped"].items() if reason not in FILTER_REASONS}
+    return failed_items_exit(broken, 0, what="traces", argv=getattr(args, "argv", None),
+                             retry_hint="their input is broken (`reason`, `error` in records.jsonl); fix it and re-run "
+                             "(train/test hold the other traces)")

@@ -8,10 +8,11 @@ object API with the Agg canvas: no pyplot state, safe from any thread, no displa
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
+
+from sprint.records import atomic_write
 
 FIGURES = {
     "accuracy_vs_tokens": "Accuracy vs mean sequential tokens (one point per run)",
@@ -257,7 +258,15 @@ def render_markdown(metrics: dict, figures: dict[str, str] | None = None) -> str
 # --------------------------------------------------------------------------- figures
 
 
+def warm_up_figures() -> None:
+    """Import matplotlib now (most of a second), e.g. while waiting for another process."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401
+    from matplotlib.ticker import FuncFormatter  # noqa: F401
+
+
 def _figure(width: float = 6.0, height: float = 4.0):
+    # matplotlib takes most of a second to import: only an evaluation that draws figures pays for it
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -422,23 +431,17 @@ def write_figures(metrics: dict, out_dir: Path) -> dict[str, str]:
     return made
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_report(metrics: dict, out_dir: str | Path, plots: bool = True) -> dict[str, Path]:
     """Write metrics.json, the figures and report.md into `out_dir`; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
-    _atomic_write(out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False, allow_nan=False))
+    atomic_write(out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False, allow_nan=False))
     files["metrics"] = out / "metrics.json"
     figures = write_figures(metrics, out) if plots else {}
     for name, file in figures.items():
         files[name] = out / file
-    _atomic_write(out / "report.md", render_markdown(metrics, figures))
+    atomic_write(out / "report.md", render_markdown(metrics, figures))
     files["report"] = out / "report.md"
     return files
 

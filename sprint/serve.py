@@ -24,10 +24,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 from urllib.parse import urlparse
 
 from sprint.errors import UserError
+from sprint.options import add_command, config_from, option
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -36,6 +37,22 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 # and a 1 GiB KV cache, which is plenty for the tiny test model and small CPU runs.
 CHILD_ENV_DEFAULTS = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 LOG_TAIL_LINES = 40
+
+
+@dataclass
+class ServeConfig:
+    """`sprint serve` settings (`vllm_command` and `start_vllm` take the same defaults from here)."""
+
+    model_dir: Path = option(help="local Hugging Face model folder", flags=("model_dir",), type=Path)
+    served_model_name: str | None = option(None, "name clients ask for (default: the folder name)")
+    host: str = option("127.0.0.1", "address to listen on (local only unless you mean otherwise)")
+    port: int = option(8000, "port to listen on")
+    max_model_len: int = option(8192, "longest prompt + answer in tokens (vLLM --max-model-len)")
+    dtype: str = option("bfloat16", "weights dtype (vLLM --dtype)")
+    python: Path | None = option(None, "Python with vLLM (default: $VLLM_PYTHON or .venv-vllm)", type=Path)
+    log: Path | None = option(None, "server log file (default: a temp file)", type=Path)
+    timeout: float = option(900.0, "seconds to wait for readiness")
+    vllm_args: str = option("", 'extra vLLM flags as one string, e.g. "--enforce-eager"')
 
 
 def default_python() -> Path:
@@ -59,9 +76,9 @@ def vllm_command(
     port: int,
     *,
     python: str | Path | None = None,
-    host: str = "127.0.0.1",
-    max_model_len: int = 8192,
-    dtype: str = "bfloat16",
+    host: str = ServeConfig.host,
+    max_model_len: int = ServeConfig.max_model_len,
+    dtype: str = ServeConfig.dtype,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The exact vLLM command line; also shown to users who should start a server themselves."""
@@ -121,22 +138,22 @@ def start_vllm(
     served_name: str,
     port: int,
     *,
-    python: str | Path | None = None,
-    host: str = "127.0.0.1",
-    max_model_len: int = 8192,
-    dtype: str = "bfloat16",
     log_path: str | Path | None = None,
-    extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
+    **options: Any,
 ) -> VLLMServer:
-    """Launch vLLM in the background and return at once; call `wait_ready` before using it."""
+    """Launch vLLM in the background and return at once; call `wait_ready` before using it.
+
+    `options` are `vllm_command`'s keyword arguments (python, host, max_model_len, dtype, extra_args).
+    """
+    host = options.get("host", ServeConfig.host)
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise UserError(
             f"model directory {model_dir} has no config.json; pass a local Hugging Face model folder "
             "(the hub is offline here)"
         )
-    python = Path(python) if python else default_python()
+    python = options["python"] = Path(options.get("python") or default_python())
     if not python.exists():
         raise UserError(
             f"no vLLM Python at {python}; run scripts/install_vllm.sh (or set VLLM_PYTHON / VLLM_VENV)"
@@ -153,16 +170,7 @@ def start_vllm(
     child_env = {**os.environ, **(env or {})}
     for key, value in CHILD_ENV_DEFAULTS.items():
         child_env.setdefault(key, value)
-    command = vllm_command(
-        model_dir.resolve(),
-        served_name,
-        port,
-        python=python,
-        host=host,
-        max_model_len=max_model_len,
-        dtype=dtype,
-        extra_args=extra_args,
-    )
+    command = vllm_command(model_dir.resolve(), served_name, port, **options)
     log_file = log_path.open("wb")
     try:
         process = subprocess.Popen(
@@ -351,46 +359,34 @@ def ensure_server(
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser(
-        "serve",
-        help="serve a local model with vLLM in the foreground (Ctrl-C stops it)",
-        description="Start vLLM (from .venv-vllm) for a local model folder and keep it running until Ctrl-C.",
-    )
-    parser.add_argument("model_dir", type=Path, help="local Hugging Face model folder")
-    parser.add_argument("--served-model-name", help="name clients ask for (default: the folder name)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max-model-len", type=int, default=8192)
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--python", type=Path, help="Python with vLLM (default: $VLLM_PYTHON or .venv-vllm)")
-    parser.add_argument("--log", type=Path, help="server log file (default: a temp file)")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for readiness")
-    parser.add_argument("--vllm-args", default="", help='extra vLLM flags as one string, e.g. "--enforce-eager"')
-    parser.set_defaults(func=_serve_command)
+    add_command(subparsers, "serve", _main, ServeConfig,
+                help="serve a local model with vLLM in the foreground (Ctrl-C stops it)",
+                description="Start vLLM (from .venv-vllm) for a local model folder and keep it running until Ctrl-C.")
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _serve_command(args: argparse.Namespace) -> int:
-    name = args.served_model_name or args.model_dir.resolve().name
+def _main(args: argparse.Namespace) -> int:
+    cfg = config_from(ServeConfig, args)
+    name = cfg.served_model_name or cfg.model_dir.resolve().name
     server = start_vllm(
-        args.model_dir,
+        cfg.model_dir,
         name,
-        args.port,
-        python=args.python,
-        host=args.host,
-        max_model_len=args.max_model_len,
-        dtype=args.dtype,
-        log_path=args.log,
-        extra_args=shlex.split(args.vllm_args),
+        cfg.port,
+        python=cfg.python,
+        host=cfg.host,
+        max_model_len=cfg.max_model_len,
+        dtype=cfg.dtype,
+        log_path=cfg.log,
+        extra_args=shlex.split(cfg.vllm_args),
     )
     # Make `kill` behave like Ctrl-C so the finally block below always stops the child.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        print(f"starting vLLM for {args.model_dir} (log: {server.log_path})", file=sys.stderr, flush=True)
-        server.wait_ready(args.timeout)
+        print(f"starting vLLM for {cfg.model_dir} (log: {server.log_path})", file=sys.stderr, flush=True)
+        server.wait_ready(cfg.timeout)
         print(server.base_url, flush=True)
         print(f"serving model {name!r} at {server.base_url}; Ctrl-C stops it", file=sys.stderr, flush=True)
         code = server.process.wait()

@@ -14,12 +14,13 @@ import argparse
 import json
 import statistics
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sprint.data import resolve_local
 from sprint.errors import UserError
+from sprint.options import add_command, config_from, option
+from sprint.records import atomic_write
+from sprint.trajectory import load_tokenizer as _load_tokenizer
 
 DEFAULT_MAX_LENGTH = 7168  # the authors' ms-swift run; configs/finetune_*.yaml use the same
 DEFAULT_TEMPLATE = "deepseek_r1"
@@ -155,21 +156,9 @@ def render_deepseek_r1(messages: list[dict[str, str]], bos: str, eos: str) -> st
     return "".join(parts)
 
 
-@lru_cache(maxsize=4)
-def load_tokenizer(name: str):
-    """AutoTokenizer for a local folder, a known hub id with a local copy, or a hub id (cached:
-    loading one takes seconds and the check is often run on train and test in a row)."""
-    from transformers import AutoTokenizer
-
-    local = resolve_local(name)
-    source = str(local) if local is not None else name
-    try:
-        return AutoTokenizer.from_pretrained(source)
-    except Exception as exc:  # missing folder, no hub access, broken files
-        raise UserError(
-            f"cannot load the tokenizer {name!r} ({type(exc).__name__}: {str(exc)[:200]}); "
-            "pass --tokenizer DIR, a folder holding the model's tokenizer files"
-        ) from None
+def load_tokenizer(name: str) -> Any:
+    """The model's chat tokenizer (`sprint.trajectory.load_tokenizer`, cached there)."""
+    return _load_tokenizer(name, chat=True)
 
 
 def check_split(path: Path, name: str, tokenizer: Any, max_length: int, template: str = DEFAULT_TEMPLATE) -> SplitReport:
@@ -252,28 +241,29 @@ def resolve_data(data: str | Path, test: str | Path | None) -> tuple[Path, Path 
     return train_path, Path(test) if test else None
 
 
+@dataclass
+class CheckSftConfig:
+    """`sprint check-sft` settings."""
+
+    data: str = option(help="packing output folder (train.jsonl, test.jsonl) or a train .jsonl file", flags=("data",))
+    tokenizer: str = option(help="the model's folder or hub id (its tokenizer counts the tokens)", var="TOKENIZER")
+    test: str | None = option(None, "test/validation .jsonl (default: test.jsonl in the data folder)")
+    max_length: int = option(DEFAULT_MAX_LENGTH, "ms-swift --max_length; longer rows are dropped", var="MAX_LENGTH")
+    template: str = option(DEFAULT_TEMPLATE, "ms-swift template the training uses (others use the tokenizer's chat template)",
+                           var="TEMPLATE")
+    json: str | None = option(None, "also write the report as JSON here", metavar="PATH")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "check-sft",
-        help="check an SFT dataset (roles, empty turns, token lengths vs --max-length) before training",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("data", help="packing output folder (train.jsonl, test.jsonl) or a train .jsonl file")
-    p.add_argument("--test", default=None, help="test/validation .jsonl (default: test.jsonl in the data folder)")
-    p.add_argument("--tokenizer", required=True, help="the model's folder or hub id (its tokenizer counts the tokens)")
-    p.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH,
-                   help="ms-swift --max_length; longer rows are dropped (default %(default)s)")
-    p.add_argument("--template", default=DEFAULT_TEMPLATE,
-                   help="ms-swift template the training uses (default %(default)s; others use the tokenizer's chat template)")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the report as JSON here")
-    p.set_defaults(func=_run)
+    add_command(subparsers, "check-sft", _main, CheckSftConfig, description=__doc__,
+                help="check an SFT dataset (roles, empty turns, token lengths vs --max-length) before training")
 
 
-def _run(args: argparse.Namespace) -> int:
-    train, test = resolve_data(args.data, args.test)
-    report = check_sft(train, test, args.tokenizer, args.max_length, args.template)
+def _main(args: argparse.Namespace) -> int:
+    cfg = config_from(CheckSftConfig, args)
+    train, test = resolve_data(cfg.data, cfg.test)
+    report = check_sft(train, test, cfg.tokenizer, cfg.max_length, cfg.template)
     print(report.format())
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.summary(), indent=2) + "\n", encoding="utf-8")
+    if cfg.json:
+        atomic_write(cfg.json, json.dumps(report.summary(), indent=2) + "\n")
     return 0 if report.ok else 1

@@ -1,9 +1,13 @@
-"""What every LLM-calling stage shares: prompt templates, common CLI flags, and the item loop.
+"""What every LLM-calling stage shares: prompt templates, common options, the item loop, the stage runner.
 
 `run_items` is the loop: skip items the output folder already holds, process the rest with
 bounded concurrency, append each record the moment it is ready (so a kill loses only in-flight
 items), keep a progress bar with ok/failed counts, and leave a manifest behind even when
 interrupted. Stages supply two callbacks: how to process one item, and how to record a crash.
+
+`run_llm_stage` is the curation stages' runner (the datatrove shape): it owns the template, the
+config, the client, the output folder, the loop, the manifest and the usage; a stage (`LLMStage`)
+adds its prompt, its record shape and one async function from an item to its record.
 """
 
 from __future__ import annotations
@@ -21,15 +25,15 @@ from typing import Any, Generic, TypeVar
 
 from tqdm import tqdm
 
-from sprint.errors import UserError
-from sprint.llm import TRANSIENT_KINDS, LLMConfig, LLMError, Sampling
-from sprint.records import RunDir, estimate_cost
+from sprint.data import Item, fingerprint, load_items
+from sprint.errors import ServerStopped, UserError, failed_items_exit
+from sprint.llm import DEFAULT_MAX_CONNECTION_FAILURES, RUN_STOP, TRANSIENT_KINDS, LLMClient, LLMConfig, LLMError, RunStop, Sampling
+from sprint.options import add_command, config_from, option
+from sprint.records import RunDir, estimate_cost, text_hash
 
 log = logging.getLogger(__name__)
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
-DEFAULT_MODEL = "gpt-4o"
-DEFAULT_SERVER_URL = "https://api.openai.com/v1"
 
 T = TypeVar("T")
 
@@ -106,6 +110,36 @@ async def ask(client: Any, content: str, sampling: Any, record: dict[str, Any], 
     return completion.text
 
 
+async def ask_checked(
+    client: Any,
+    content: str,
+    sampling: Any,
+    record: dict[str, Any],
+    name: str,
+    parse: Callable[[str], T],
+    answer_error: type[Exception],
+    problems: Callable[[T], list[str]],
+) -> T | None:
+    """`ask`, then read the answer with `parse` and list what is wrong with it with `problems`.
+
+    Returns the parsed answer, or None with the record's status set: the call's failure,
+    `unparseable` (`parse` raised `answer_error`) or `invalid` (the problems, joined).
+    """
+    answer = await ask(client, content, sampling, record, name)
+    if answer is None:
+        return None
+    try:
+        value = parse(answer)
+    except answer_error as exc:
+        record["status"], record["error"] = "unparseable", str(exc)
+        return None
+    errors = problems(value)
+    if errors:
+        record["status"], record["error"] = "invalid", "; ".join(errors)
+        return None
+    return value
+
+
 # ----------------------------------------------------------------------------------------------
 # The item loop
 # ----------------------------------------------------------------------------------------------
@@ -125,10 +159,22 @@ class StageOutcome(Generic[T]):
     elapsed: float = 0.0
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)  # stage-specific lines for the summary
+    item_ids: list[str] = field(default_factory=list)  # the selected items (input and range)
 
     @property
     def failed(self) -> int:
         return sum(n for status, n in self.counts.items() if status != "ok")
+
+    def failures(self) -> tuple[dict[str, int], int]:
+        """The selected items that did not end ok: (counts by status, how many a re-run retries)."""
+        by_status: dict[str, int] = {}
+        retryable = 0
+        for item_id in self.item_ids:
+            record = self.run.done.get(item_id)
+            if record is not None and record.get("status", "ok") != "ok":
+                by_status[record["status"]] = by_status.get(record["status"], 0) + 1
+                retryable += bool(record.get("retryable"))
+        return by_status, retryable
 
     def summary(self) -> str:
         """A few lines for the terminal: counts by status, tokens, cost, where the outputs are."""
@@ -166,6 +212,24 @@ ProcessFn = Callable[[T], Awaitable[dict[str, Any]]]
 CrashFn = Callable[[T, BaseException], dict[str, Any]]
 
 
+class Tally:
+    """The progress bar's live counts: ok / failed records. A stage may pass its own (orchestration
+    shows accuracy so far); `add` sees every record of the selected items, resumed ones first."""
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.failed = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        if record.get("status") == "ok":
+            self.ok += 1
+        else:
+            self.failed += 1
+
+    def text(self) -> str:
+        return f"ok={self.ok}, failed={self.failed}"
+
+
 async def run_items(
     items: Sequence[T],
     process: ProcessFn[T],
@@ -175,12 +239,19 @@ async def run_items(
     on_crash: CrashFn[T],
     item_id: Callable[[T], str] = lambda item: item.id,  # type: ignore[attr-defined]
     desc: str = "items",
+    unit: str = "item",
     progress: bool = True,
+    tally: Tally | None = None,
 ) -> tuple[int, int]:
     """Process the items the folder does not hold yet; returns (skipped, processed).
 
-    A record is appended as soon as its item finishes. An unexpected exception in `process`
-    becomes the record `on_crash` builds (the run goes on); a UserError stops the whole run.
+    The one worker pool of the pipeline (curation stages, orchestration, the baseline). A record is
+    appended as soon as its item finishes. An unexpected exception in `process` becomes the record
+    `on_crash` builds and the run goes on (one warning line; the traceback at debug level); a
+    UserError, or an exception in `on_crash` itself, stops the run: the other workers are cancelled.
+    When an LLM client's circuit breaker trips (its server stopped answering, `sprint.llm.RUN_STOP`),
+    no further item starts, the items in flight end (their calls fail at once, as retryable records)
+    and `ServerStopped` is raised: a re-run of the same command continues.
     """
     if workers < 1:
         raise UserError(f"the number of workers must be at least 1, got {workers}")
@@ -189,24 +260,23 @@ async def run_items(
     queue: asyncio.Queue[T] = asyncio.Queue()
     for it in todo:
         queue.put_nowait(it)
-    counts = {"ok": 0, "failed": 0}  # over the selected items, as the bar is
+    counts = tally if tally is not None else Tally()  # over the selected items, as the bar is
     for it in items:
         record = run.done.get(item_id(it))
         if record is not None:
-            counts["ok" if record.get("status") == "ok" else "failed"] += 1
-
-    def postfix() -> str:
-        return f"ok={counts['ok']}, failed={counts['failed']}"
+            counts.add(record)
 
     bar = tqdm(
-        total=len(items), initial=skipped, desc=desc, unit="item", postfix=postfix(),
+        total=len(items), initial=skipped, desc=desc, unit=unit, postfix=counts.text(),
         disable=not progress or not todo, file=sys.stderr, dynamic_ncols=True,
     )
     processed = 0
+    stop = RunStop()  # tripped by a client of this run whose server stopped answering
+    stop_token = RUN_STOP.set(stop)  # the worker tasks inherit it
 
     async def worker() -> None:
         nonlocal processed
-        while True:
+        while stop.reason is None:
             try:
                 item = queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -216,22 +286,28 @@ async def run_items(
             except (UserError, asyncio.CancelledError):
                 raise
             except Exception as exc:  # a bug or surprise in one item must not sink the others
-                log.exception("item %s crashed", item_id(item))
+                log.warning("%s %s crashed: %s: %s; recorded as crashed (retryable)", unit, item_id(item),
+                            type(exc).__name__, exc)
+                log.debug("traceback of the crash of %s %s", unit, item_id(item), exc_info=True)
                 record = on_crash(item, exc)
             run.append(record)
             processed += 1
-            counts["ok" if record.get("status") == "ok" else "failed"] += 1
-            bar.set_postfix_str(postfix(), refresh=False)
+            counts.add(record)
+            bar.set_postfix_str(counts.text(), refresh=False)
             bar.update(1)
 
     tasks = [asyncio.create_task(worker()) for _ in range(min(workers, max(1, len(todo))))]
+    RUN_STOP.reset(stop_token)
     try:
         await asyncio.gather(*tasks)
     finally:
-        for task in tasks:
+        for task in tasks:  # one worker failed (or we were cancelled): stop the others too
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         bar.close()
+    if stop.reason is not None:
+        left = sum(1 for it in todo if (run.done.get(item_id(it)) or {}).get("status") != "ok")
+        raise ServerStopped(f"{stop.reason}, {left} {unit}s not done; rerun the same command to continue")
     return skipped, processed
 
 
@@ -299,39 +375,158 @@ async def run_stage(
         usage=used,
         elapsed=time.monotonic() - started,
         interrupted=interrupted,
+        item_ids=[str(getattr(it, "id", it)) for it in items],
     )
 
 
 # ----------------------------------------------------------------------------------------------
-# Common CLI flags and settings
+# The LLM-stage runner and its shared settings
 # ----------------------------------------------------------------------------------------------
 
 
-def add_input_args(parser: argparse.ArgumentParser, what: str) -> None:
-    add = parser.add_argument
-    add("--input", "-i", required=True, help=what)
-    add("--out-dir", "-o", required=True, help="output folder (records.jsonl + manifest.json); resumed if it exists")
-    add("--split", default="train", help="dataset split (hub datasets, files with a split column); default: train")
-    add("--subset", default=None, help="dataset configuration name (hub datasets)")
-    add("--range", dest="range_spec", default=None, metavar="START:END", help="rows to process, e.g. 0:100 (default: all)")
-    add("--overwrite", action="store_true", help="discard an existing output folder made with a different configuration")
-    add("--no-progress", dest="progress", action="store_false", help="no progress bar")
+# The datatrove shape: `run_llm_stage` owns everything around the items (template, config,
+# client, output folder, worker pool, manifest, usage); a stage brings an `LLMStage` whose
+# `process` turns one item into one record.
+
+DEFAULT_MODEL = "gpt-4o"  # the paper's curation model
+DEFAULT_SERVER_URL = "https://api.openai.com/v1"
 
 
-def add_llm_args(parser: argparse.ArgumentParser, max_tokens: int) -> None:
-    add = parser.add_argument
-    add("--model", default=DEFAULT_MODEL, help=f"model name (default: {DEFAULT_MODEL})")
-    add("--server-url", default=DEFAULT_SERVER_URL,
-        help=f"OpenAI-compatible base URL (default: {DEFAULT_SERVER_URL}); the key comes from OPENAI_API_KEY")
-    add("--num-workers", type=int, default=8, help="concurrent requests (default: 8)")
-    add("--max-tokens", type=int, default=max_tokens, help=f"answer length limit (default: {max_tokens})")
-    add("--temperature", type=float, default=0.0, help="sampling temperature (default: 0, as in the paper)")
-    add("--timeout", type=float, default=600.0, help="seconds per request attempt (default: 600)")
-    add("--max-retries", type=int, default=3, help="retries of transient failures per request (default: 3)")
-    add("--cache-dir", default=None, help="response cache folder (default: OUT_DIR/llm_cache)")
-    add("--no-cache", dest="use_cache", action="store_false", help="do not read or write the response cache")
-    add("--prompt", dest="prompt_file", default=None, help="use this prompt template instead of the packaged one")
-    add("--no-check", dest="check_server", action="store_false", help="skip the GET /models check before starting")
+@dataclass
+class LLMStageConfig:
+    """The settings every LLM-calling curation stage shares (one flag each; defaults written once)."""
+
+    input: str = option(help="input dataset: a hub id, a .jsonl/.json/.parquet file or a stage folder",
+                        flags=("--input", "-i"), var="DATA")
+    out_dir: str = option(help="output folder (records.jsonl + manifest.json); resumed if it exists",
+                          flags=("--out-dir", "-o"), var="OUT_DIR")
+    split: str | None = option("train", "dataset split (hub datasets, files with a split column)", var="SPLIT")
+    subset: str | None = option(None, "dataset configuration name (hub datasets)", var="SUBSET")
+    range_spec: str | None = option(None, "rows to process, e.g. 0:100 (default: all)", flags=("--range",),
+                                    metavar="START:END", var="RANGE")
+    overwrite: bool = option(False, "discard an existing output folder made with a different configuration")
+    progress: bool = option(True, "no progress bar", flags=("--no-progress",))
+    model: str = option(DEFAULT_MODEL, "model name", var="MODEL")
+    server_url: str = option(DEFAULT_SERVER_URL,
+                             "OpenAI-compatible base URL (vLLM: http://127.0.0.1:8000/v1); the key comes from OPENAI_API_KEY",
+                             var="SERVER_URL")
+    num_workers: int = option(8, "concurrent requests", var="NUM_WORKERS")
+    max_tokens: int = option(2048, "answer length limit", var="MAX_TOKENS")
+    temperature: float = option(0.0, "sampling temperature (0, as in the paper)", var="TEMPERATURE")
+    timeout: float = option(600.0, "seconds per request attempt")
+    max_retries: int = option(3, "retries of transient failures per request")
+    cache_dir: str | None = option(None, "response cache folder (default: OUT_DIR/llm_cache)", var="CACHE_DIR")
+    use_cache: bool = option(True, "do not read or write the response cache", flags=("--no-cache",))
+    prompt_file: str | None = option(None, "use this prompt template instead of the packaged one", flags=("--prompt",))
+    check_server: bool = option(True, "skip the GET /models check before starting", flags=("--no-check",))
+    max_connection_failures: int = option(
+        DEFAULT_MAX_CONNECTION_FAILURES,
+        "stop the run after this many failed connections in a row to the server (0: never); re-run to continue")
+
+
+ItemFn = Callable[[Item, LLMClient, str, Sampling], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class LLMStage:
+    """What one curation stage adds to the shared runner: its prompt, its records, its per-item work."""
+
+    name: str  # the command and the manifest's stage
+    prompt_name: str  # prompts/<name>.txt
+    placeholders: tuple[str, ...]  # the template must hold these
+    require: tuple[str, ...]  # input columns `load_items` must find
+    base_record: Callable[[Item], dict[str, Any]]  # a record with every key present (also for crashes)
+    process: ItemFn  # one item -> one record
+    needs_llm: Callable[[Item], bool] = lambda item: True  # False: `process` answers without a call
+    config_keys: tuple[str, ...] = ()  # stage-specific config fields kept in the manifest
+    check_items: Callable[[str, list[Item]], None] | None = None  # refuse an unusable input up front
+    notes: Callable[[RunDir], list[str]] | None = None  # extra summary lines
+    config_cls: type = LLMStageConfig  # the stage's options (a subclass of LLMStageConfig)
+    help: str = ""  # one line for `sprint --help`
+    description: str = ""  # the paragraph of `sprint NAME --help`
+
+    def run(self, input: str, out_dir: str | Path, **settings: Any) -> StageOutcome:
+        """The stage from Python: `settings` are fields of `config_cls`."""
+        return asyncio.run(run_llm_stage(self, self.config_cls(input=input, out_dir=str(out_dir), **settings)))
+
+    def add_parser(self, subparsers: argparse._SubParsersAction, handler: Callable[[argparse.Namespace], int]) -> None:
+        """The subcommand: flags, defaults and help all come from `config_cls`."""
+        add_command(subparsers, self.name, handler, self.config_cls, help=self.help, description=self.description)
+
+    def main(self, args: argparse.Namespace) -> int:
+        """The subcommand's work: run, print the summary; exit 3 when some items failed (sprint.errors)."""
+        outcome = asyncio.run(run_llm_stage(self, config_from(self.config_cls, args)))
+        print(outcome.summary())
+        failed, retryable = outcome.failures()
+        return failed_items_exit(failed, retryable, argv=getattr(args, "argv", None))
+
+
+async def run_llm_stage(stage: LLMStage, cfg: LLMStageConfig) -> StageOutcome:
+    """Run `stage` over `cfg.input` into `cfg.out_dir`, resuming what the folder already holds.
+
+    Every check that can fail without the server runs before the folder is made, so a refused
+    run leaves nothing behind.
+    """
+    out = Path(cfg.out_dir).expanduser()
+    template = load_prompt(stage.prompt_name, cfg.prompt_file)
+    fill(template, stage.placeholders)  # fail now, not per item, on a bad template
+    items = load_items(cfg.input, cfg.split, cfg.subset, cfg.range_spec, getattr(cfg, "question_col", None),
+                       getattr(cfg, "id_col", None), require=stage.require)
+    if stage.check_items is not None:
+        stage.check_items(cfg.input, items)
+    sampling = sampling_for(cfg.max_tokens, cfg.temperature)
+    config = {
+        "stage": stage.name,
+        "input": input_identity(cfg.input),
+        "split": cfg.split,
+        "subset": cfg.subset,
+        **{key: getattr(cfg, key) for key in stage.config_keys},
+        "model": cfg.model,
+        "max_tokens": cfg.max_tokens,
+        "temperature": cfg.temperature,
+        "prompt_hash": text_hash(template),
+        "range": cfg.range_spec,
+        "num_workers": cfg.num_workers,
+        "server_url": cfg.server_url,
+        "timeout": cfg.timeout,
+        "max_retries": cfg.max_retries,
+        "cache_dir": str(cfg.cache_dir) if cfg.cache_dir else None,
+    }
+    llm = llm_config(
+        server_url=cfg.server_url, model=cfg.model, num_workers=cfg.num_workers, timeout=cfg.timeout,
+        max_retries=cfg.max_retries, cache_dir=resolve_cache_dir(out, cfg.cache_dir, cfg.use_cache),
+        max_connection_failures=cfg.max_connection_failures,
+    )
+    run = RunDir(out, stage.name, config, overwrite=cfg.overwrite)  # after the checks: a refused run leaves no folder
+    try:
+        return await _run_in(stage, cfg, run, llm, items, template, sampling)
+    finally:
+        run.close()  # the lock; and the folder, if this run made it and wrote nothing
+
+
+async def _run_in(stage: LLMStage, cfg: LLMStageConfig, run: RunDir, llm: LLMConfig, items: list[Item],
+                  template: str, sampling: Sampling) -> StageOutcome:
+    """`run_llm_stage` once its folder is open: check the server, run the items, write the manifest."""
+    inputs = {"source": cfg.input, "rows": len(items), "fingerprint": fingerprint(cfg.input, items)}
+    run.manifest_fields = {"inputs": inputs, "prompts": {stage.prompt_name: template}}
+    async with LLMClient(llm) as client:
+        if cfg.check_server and any(not run.is_done(it.id) and stage.needs_llm(it) for it in items):
+            await client.check()
+        outcome = await run_stage(
+            stage.name,
+            items,
+            lambda item: stage.process(item, client, template, sampling),
+            run,
+            workers=cfg.num_workers,
+            on_crash=lambda item, exc: crash_record(stage.base_record(item), exc),
+            usage=client.usage.as_dict,
+            usage_key=f"{stage.name}_usage",
+            manifest=lambda used: run.write_manifest(inputs=inputs, prompts={stage.prompt_name: template}, usage=used),
+            progress=cfg.progress,
+        )
+    if stage.notes is not None:
+        outcome.notes.extend(stage.notes(run))
+    return outcome
 
 
 def resolve_cache_dir(out_dir: Path, cache_dir: str | Path | None, use_cache: bool) -> Path | None:
@@ -350,7 +545,8 @@ def sampling_for(max_tokens: int, temperature: float) -> Sampling:
 
 
 def llm_config(
-    *, server_url: str, model: str, num_workers: int, timeout: float, max_retries: int, cache_dir: Path | None
+    *, server_url: str, model: str, num_workers: int, timeout: float, max_retries: int, cache_dir: Path | None,
+    max_connection_failures: int = DEFAULT_MAX_CONNECTION_FAILURES,
 ) -> LLMConfig:
     if not server_url:
         raise UserError("no server URL; pass --server-url (e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1)")
@@ -373,6 +569,7 @@ def llm_config(
         timeout=timeout,
         max_retries=max_retries,
         cache_dir=cache_dir,
+        max_connection_failures=max_connection_failures,
     )
 
 

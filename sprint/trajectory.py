@@ -18,7 +18,13 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+from tokenizers import Tokenizer
+
+from sprint.data import resolve_local
+from sprint.errors import UserError
+from sprint.grading import last_boxed
 
 NO_PROMPT = "No prompt to execute."
 
@@ -118,8 +124,6 @@ class Trajectory:
 
     def answer(self) -> str | None:
         """The last `\\boxed{}` of the trajectory, as the paper's evaluation reads it."""
-        from sprint.grading import last_boxed
-
         return last_boxed(self.render())
 
     @classmethod
@@ -300,29 +304,45 @@ def count_tokens(traj: Trajectory, planner: Counter, executor: Counter | None = 
     return TokenCounts(seq_total, planner_total + executor_total + final, planner_total + final, executor_total, final, phases)
 
 
+FAST_HINT = "pass a local directory holding tokenizer.json or a hub id reachable from this machine"
+CHAT_HINT = "pass --tokenizer DIR, a folder holding the model's tokenizer files"
+
+
+def tokenizer_source(name: str) -> str:
+    """Where a tokenizer name points: a local path as given, a known hub id's local copy
+    (`SPRINT_LOCAL_DATA`), else the hub id itself."""
+    if Path(name).exists():
+        return name
+    local = resolve_local(name)
+    return str(local) if local is not None else name
+
+
 @lru_cache(maxsize=8)
-def load_tokenizer(path: str):
-    from tokenizers import Tokenizer
+def load_tokenizer(name: str, *, chat: bool = False, hint: str | None = None) -> Any:
+    """THE tokenizer loader (cached: loading one takes a second and stages ask repeatedly).
 
-    p = Path(path)
-    if p.is_dir():
-        p = p / "tokenizer.json"
-    if p.is_file():
-        return Tokenizer.from_file(str(p))
-    from sprint.data import resolve_local
-
-    local = resolve_local(path)
-    if local is not None:
-        return load_tokenizer(str(local))
+    `chat=False`: a fast `tokenizers.Tokenizer` for counting tokens (a folder holding
+    tokenizer.json, the file itself, or a hub id). `chat=True`: a `transformers` tokenizer, for
+    what only it has (chat template, BOS/EOS tokens). `hint` ends the error message (what to pass).
+    """
+    source = tokenizer_source(str(name))
     try:
-        return Tokenizer.from_pretrained(path)
-    except Exception as exc:  # network, unknown id, …
-        from sprint.errors import UserError
+        if chat:
+            # transformers takes about a second to import; packing and `--help` never need it
+            from transformers import AutoTokenizer
 
-        raise UserError(
-            f"cannot load tokenizer {path!r} ({type(exc).__name__}); pass a local directory holding "
-            "tokenizer.json or a hub id reachable from this machine"
-        ) from None
+            return AutoTokenizer.from_pretrained(source)
+        path = Path(source)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        if path.is_file():
+            return Tokenizer.from_file(str(path))
+        return Tokenizer.from_pretrained(source)
+    except Exception as exc:  # missing folder, no hub access, broken files
+        if chat:
+            raise UserError(f"cannot load the tokenizer {name!r} ({type(exc).__name__}: {str(exc)[:200]}); "
+                            f"{hint or CHAT_HINT}") from None
+        raise UserError(f"cannot load tokenizer {name!r} ({type(exc).__name__}); {hint or FAST_HINT}") from None
 
 
 def token_counter(name_or_path: str) -> Counter:

@@ -84,7 +84,9 @@ def vllm_server(vllm_python: Path, tiny_model_dir: Path, tmp_path_factory: pytes
     log_path = tmp_path_factory.mktemp("vllm") / "server.log"
     started = time.monotonic()
     with local_vllm(
-        tiny_model_dir, TINY_MODEL_NAME, free_port(), python=vllm_python, log_path=log_path, timeout=600
+        tiny_model_dir, TINY_MODEL_NAME, free_port(), python=vllm_python, log_path=log_path, timeout=600,
+        # time-replay's tests read prefix-cache hits (usage.prompt_tokens_details.cached_tokens)
+        extra_args=("--enable-prefix-caching", "--enable-prompt-tokens-details"),
     ) as base_url:
         print(f"\nvLLM ready at {base_url} in {time.monotonic() - started:.1f}s (log: {log_path})")
         yield VLLMFixture(base_url, TINY_MODEL_NAME, tiny_model_dir)

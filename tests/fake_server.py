@@ -7,9 +7,11 @@ exercised end to end, while the answers come from a Python handler the test writ
         ... LLMConfig(base_url=srv.base_url, model="test-model") ...
         assert srv.requests[0][1]["prompt"] == "2+2="
 
-It behaves like vLLM where tests care: `max_tokens` (default 16 on /v1/completions) and `stop`
-(at most 4 strings, HTTP 400 otherwise) are applied to the scripted text, `stop_reason` names the
-stop string that matched, and token counts are whitespace-separated words. Faults come either
+It behaves like vLLM where tests care, through `sprint.wire` (shared with the replay server):
+`max_tokens` (default 16 on /v1/completions) and `stop` (at most 4 strings, HTTP 400 otherwise)
+are applied to the scripted text by `wire.generate`, `stop_reason` names the stop string that
+matched, and tokens are whitespace-separated words; completion tokens include those of a matched
+stop string, as in vLLM (see `wire.generate`). Faults come either
 from the handler (`Reply(status=500)`, `Reply(reset=True)`, ...) or from a seeded `FaultPlan`
 applied before the handler.
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import socket
 import threading
 import time
@@ -27,8 +28,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sprint import faults
+from sprint import faults, wire
 from sprint.faults import FaultPlan
+from sprint.wire import Generation, Splitter
 
 DEFAULT_MODEL = "test-model"
 
@@ -69,48 +71,11 @@ def scripted(*replies: str | Reply, then: str | Reply | None = None) -> Handler:
     return handler
 
 
-def word_pieces(text: str) -> list[str]:
-    """Split text into 'tokens' (a word with its leading whitespace) that join back to the text."""
-    pieces = re.findall(r"\s*\S+", text)
-    tail = text[len("".join(pieces)) :]
-    if tail:
-        if pieces:
-            pieces[-1] += tail
-        else:
-            pieces = [tail]
-    return pieces
+WORD_TOKENS = Splitter()  # scripted answers are counted in whitespace-separated words
 
 
 def count_words(text: str) -> int:
     return len(text.split())
-
-
-@dataclass
-class Generated:
-    text: str
-    finish_reason: str
-    stop_reason: str | None
-    completion_tokens: int
-
-
-def generate(text: str, request: dict, endpoint: str) -> Generated:
-    """Apply `stop` then `max_tokens` to a scripted answer the way vLLM applies them to sampling."""
-    stops = request.get("stop") or []
-    if isinstance(stops, str):
-        stops = [stops]
-    finish, stop_reason = "stop", None
-    hits = [(text.find(s), s) for s in stops if s and s in text]
-    if hits:
-        at, stop_reason = min(hits)
-        text = text[:at]
-    limit = request.get("max_tokens", request.get("max_completion_tokens"))
-    if limit is None and endpoint == "completions":
-        limit = 16  # vLLM's default on /v1/completions
-    pieces = word_pieces(text)
-    if limit is not None and count_words(text) > limit:
-        text = "".join(pieces[:limit])
-        finish, stop_reason = "length", None
-    return Generated(text, finish, stop_reason, count_words(text))
 
 
 def prompt_words(request: dict, endpoint: str) -> int:
@@ -173,9 +138,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _send_error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}
-        body = {"object": "error", "message": message, "type": kind.get(status, "ServerError"), "param": None, "code": status}
-        self._send_json(status, {"error": body}, headers)
+        self._send_json(status, wire.error_body(status, message), headers)
 
     def _hang_up(self) -> None:
         """Close the connection without (the rest of) a response."""
@@ -261,9 +224,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if fault == faults.TIMEOUT and owner._sleep(plan.timeout_delay):
             return
 
-        stops = request.get("stop")
-        if isinstance(stops, list) and len(stops) > 4:
-            self._send_error(400, f"at most 4 stop sequences are supported, got {len(stops)}")
+        too_many = wire.stop_error(request)
+        if too_many:
+            self._send_error(400, too_many)
             return
         if request.get("model") not in owner.models:
             self._send_error(404, f"The model `{request.get('model')}` does not exist.")
@@ -301,43 +264,19 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._send_json(200, data, reply.headers)
             return
 
-        if reply.empty:
-            gen = Generated("", "length", None, 0)
-        else:
-            gen = generate(reply.text, request, endpoint)
+        gen = wire.empty_generation() if reply.empty else wire.generate(reply.text, request, endpoint, WORD_TOKENS)
         if reply.finish_reason is not None:
             gen.finish_reason = reply.finish_reason
-        if reply.completion_tokens is not None:
-            gen.completion_tokens = reply.completion_tokens
+        completion_tokens = reply.completion_tokens if reply.completion_tokens is not None else gen.tokens
         prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else prompt_words(request, endpoint)
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": gen.completion_tokens,
-            "total_tokens": prompt_tokens + gen.completion_tokens,
-        }
-        ident = f"{'chatcmpl' if endpoint == 'chat' else 'cmpl'}-{counter}"
-        if request.get("stream"):
+        usage = wire.usage(prompt_tokens, completion_tokens)
+        form = wire.Wire.for_request(endpoint, str(counter), request, int(time.time()))
+        if form.stream:
             include_usage = bool((request.get("stream_options") or {}).get("include_usage")) and reply.usage
-            self._stream(request, endpoint, ident, gen, usage if include_usage else None, reply)
+            self._stream(form, gen, usage if include_usage else None, reply)
             return
 
-        if endpoint == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": gen.text}}
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": gen.text, "logprobs": None}
-            obj = "text_completion"
-        choice.update(finish_reason=gen.finish_reason, stop_reason=gen.stop_reason)
-        body: dict[str, Any] = {
-            "id": ident,
-            "object": obj,
-            "created": int(time.time()),
-            "model": request.get("model"),
-            "choices": [choice],
-        }
-        if reply.usage:
-            body["usage"] = usage
-        data = json.dumps(body).encode()
+        data = json.dumps(form.body(gen, usage if reply.usage else None)).encode()
         if not reply.truncate_body:
             self._send_json(200, data, reply.headers)
             return
@@ -348,9 +287,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.wfile.write(data[: len(data) // 2])
         self._hang_up()
 
-    def _stream(
-        self, request: dict, endpoint: str, ident: str, gen: Generated, usage: dict | None, reply: Reply
-    ) -> None:
+    def _stream(self, form: wire.Wire, gen: Generation, usage: dict | None, reply: Reply) -> None:
         owner = self.server.owner
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -359,43 +296,28 @@ class _RequestHandler(BaseHTTPRequestHandler):
         for key, value in reply.headers.items():
             self.send_header(key, value)
         self.end_headers()
-        created = int(time.time())
-        obj = "chat.completion.chunk" if endpoint == "chat" else "text_completion"
 
-        def event(payload: Any) -> None:
-            data = b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        def events(payloads: list) -> None:
+            self.wfile.write(wire.sse(payloads))
             self.wfile.flush()
 
-        def chunk(piece: str | None, finish: str | None, stop_reason: str | None, first: bool = False) -> dict:
-            if endpoint == "chat":
-                delta: dict[str, Any] = {"role": "assistant"} if first else {}
-                if piece is not None:
-                    delta["content"] = piece
-                choice: dict[str, Any] = {"index": 0, "delta": delta}
-            else:
-                choice = {"index": 0, "text": piece or "", "logprobs": None}
-            choice.update(finish_reason=finish, stop_reason=stop_reason)
-            return {"id": ident, "object": obj, "created": created, "model": request.get("model"), "choices": [choice]}
-
-        if endpoint == "chat":
-            event(chunk("", None, None, first=True))
+        events(form.opening())
         sent = 0
-        for piece in word_pieces(gen.text):
+        for piece in gen.pieces:
+            if not piece:  # a token with no visible text (a stop string's) sends nothing
+                continue
             if reply.drop_stream_after is not None and sent >= reply.drop_stream_after:
                 break
-            event(chunk(piece, None, None))
+            events([form.chunk(piece)])
             sent += len(piece)
             if owner.chunk_delay and owner._sleep(owner.chunk_delay):
                 return
         if reply.drop_stream_after is not None:
             self._hang_up()
             return
-        event(chunk(None if endpoint == "chat" else "", gen.finish_reason, gen.stop_reason))
-        if usage is not None:
-            event({"id": ident, "object": obj, "created": created, "model": request.get("model"), "choices": [], "usage": usage})
-        event(b"[DONE]")
-        self.wfile.write(b"0\r\n\r\n")
+        for event in form.closing(gen, usage, separate_usage=True):
+            events([event])
+        self.wfile.write(wire.LAST_HTTP_CHUNK)
         self.wfile.flush()
 
 

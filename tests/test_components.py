@@ -18,7 +18,7 @@ from fake_server import FakeServer, Reply, dead_url
 from sprint.cli import main as cli_main
 from sprint.components import (
     AnswerError,
-    Component,
+    ComponentRanges,
     component_record,
     line_spans,
     number_lines,
@@ -26,6 +26,8 @@ from sprint.components import (
     parse_line_range,
     separate_components,
     split_lines,
+    WARNING_KINDS,
+    component_warnings,
     uncovered_lines,
     validate_components,
 )
@@ -172,8 +174,8 @@ def test_parse_components_tolerates_fences_prose_and_wrappers() -> None:
     for text in variants:
         components = parse_components(text)
         assert components == [
-            Component(1, "Set up", (1, 2), "Solve 6w = 30.", (3, 4), (5, 5)),
-            Component(2, "Answer", (6, 7), "", None, None),
+            ComponentRanges(1, "Set up", (1, 2), "Solve 6w = 30.", (3, 4), (5, 5)),
+            ComponentRanges(2, "Answer", (6, 7), "", None, None),
         ], text
 
 
@@ -194,11 +196,131 @@ def test_parse_components_errors(text: str, message: str) -> None:
         parse_components(text)
 
 
+# --- markdown answers ---------------------------------------------------------------------
+# Layouts models return when they ignore "answer with a JSON list"; each must read as GOOD does.
+
+MD_HEADERS_BULLETS_BOLD = """Here is the breakdown of the reasoning into components:
+
+### Component 1
+- **Description:** Set up
+- **Plan:** Lines 1-2
+- **Prompt:** Solve 6w = 30.
+- **Execution:** Lines 3-4
+- **Comment:** Line 5
+
+### Component 2
+- **Description:** Answer
+- **Plan:** Lines 6-7
+- **Prompt:** Not found
+- **Execution:** Lines not found
+- **Comment:** Lines not found
+"""
+
+MD_BOLD_HEADERS_LINE_LABELS = """**Component 1: Setting up the equation**
+Description: Set up
+Plan lines: 1\u20132
+Prompt: "Solve 6w = 30."
+Execution lines: 3\u20134
+Comment lines: 5
+
+**Component 2: Reporting the answer**
+Description: Answer
+Plan lines: 6-7
+Prompt: N/A
+Execution lines: N/A
+Comment lines: N/A"""
+
+MD_NUMBERED_FIELDS = """## Component 1
+1. **Description**: Set up
+2. **Plan**: `Lines 1-2`
+3. **Prompt**: Solve
+   6w = 30.
+4. **Execution**: **Lines 3-4**
+5. **Comment**: Line 5
+
+---
+
+## Component 2
+1. **Description**: Answer
+2. **Plan**: Lines 6 to 7
+3. **Prompt**: not found
+4. **Execution**: not found
+5. **Comment**: not found
+
+Let me know if you want a different split."""
+
+MD_PLAIN = """Component 1
+* Description: Set up
+* Plan: Lines 1-2
+* Prompt: Solve 6w = 30.
+* Execution: Lines 3-4
+* Comment: Line 5
+Component 2
+* Description: Answer
+* Plan: Lines 6-7
+* Prompt: None
+* Execution: None
+* Comment: None"""
+
+
+@pytest.mark.parametrize("text", [MD_HEADERS_BULLETS_BOLD, MD_BOLD_HEADERS_LINE_LABELS, MD_NUMBERED_FIELDS, MD_PLAIN],
+                         ids=["headers-bullets-bold", "bold-headers-line-labels", "numbered-fields", "plain"])
+def test_parse_components_reads_markdown_layouts(text: str) -> None:
+    assert parse_components(text) == [
+        ComponentRanges(1, "Set up", (1, 2), "Solve 6w = 30.", (3, 4), (5, 5)),
+        ComponentRanges(2, "Answer", (6, 7), "", None, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, n, outcome",
+    [
+        # GPT-4o leaves out the plan of a short step: kept, named
+        ("### Component 1\n- **Description:** Check\n- **Plan:** Lines not found\n- **Prompt:** Check it.\n"
+         "- **Execution:** Lines 1-2\n- **Comment:** Lines not found", 2, ("ok", ["no_plan"])),
+        # plan range = execution range: kept, named
+        ("### Component 1\n- **Description:** Check\n- **Plan:** Lines 1-2\n- **Prompt:** Check it.\n"
+         "- **Execution:** Lines 1-2\n- **Comment:** Lines not found", 2, ("ok", ["plan_equals_execution"])),
+        # the execution runs into the comment: kept, named
+        ("### Component 1\n- **Description:** Check\n- **Plan:** Line 1\n- **Prompt:** Check it.\n"
+         "- **Execution:** Lines 2-4\n- **Comment:** Line 4", 4, ("ok", ["overlap_execution_comment"])),
+        # a range past the end of the trace: rejected
+        ("### Component 1\n- **Description:** Check\n- **Plan:** Lines 1-9\n- **Prompt:** Not found\n"
+         "- **Execution:** Lines not found", 4, ("invalid", "outside lines 1-4")),
+        # an execution without a prompt: rejected
+        ("### Component 1\n- **Description:** Check\n- **Plan:** Line 1\n- **Prompt:** Not found\n"
+         "- **Execution:** Lines 2-4", 4, ("invalid", "execution but no prompt")),
+        # a label holding no range: unparseable
+        ("### Component 1\n- **Description:** Check\n- **Plan:** the first few lines", 4, ("unparseable", "component 1: plan")),
+        # prose naming components but giving no fields: unparseable
+        ("Component 1 is the setup and component 2 the answer.", 4, ("unparseable", "no JSON list")),
+    ],
+)
+def test_markdown_answers_are_checked_like_json(text: str, n: int, outcome: tuple) -> None:
+    try:
+        components = parse_components(text)
+    except AnswerError as exc:
+        assert outcome[0] == "unparseable" and outcome[1] in str(exc), exc
+        return
+    errors = validate_components(components, n)
+    if outcome[0] == "invalid":
+        assert any(outcome[1] in e for e in errors), errors
+    else:
+        assert errors == [] and outcome[0] == "ok"
+        assert [w.kind for w in component_warnings(components, n)] == outcome[1]
+        assert validate_components(components, n, strict=True)  # --strict rejects it
+
+
+def test_json_wins_over_markdown_in_the_same_answer() -> None:
+    text = "### Component 1\n- **Plan:** Lines 1-1\n\n" + json.dumps(GOOD)
+    assert [c.plan for c in parse_components(text)] == [(1, 2), (6, 7)]
+
+
 # --- validation ---------------------------------------------------------------------------
 
 
-def comp(n: int, plan: Any, execution: Any = None, comment: Any = None, description: str = "d", prompt: str = "p") -> Component:
-    return Component(n, description, plan, prompt, execution, comment)
+def comp(n: int, plan: Any, execution: Any = None, comment: Any = None, description: str = "d", prompt: str = "p") -> ComponentRanges:
+    return ComponentRanges(n, description, plan, prompt, execution, comment)
 
 
 def test_validate_accepts_good_components_and_reports_uncovered_lines() -> None:
@@ -208,23 +330,62 @@ def test_validate_accepts_good_components_and_reports_uncovered_lines() -> None:
     assert uncovered_lines(cs[:1], 6) == []
 
 
+# Only what cannot be rendered is rejected, whatever the mode.
 @pytest.mark.parametrize(
     "components, n, message",
     [
-        ([comp(1, (1, 3), (3, 5))], 5, "component 1 plan 1-3 overlaps component 1 execution 3-5"),
-        ([comp(1, (1, 4)), comp(2, (2, 2))], 5, "overlaps"),
-        ([comp(1, (1, 9)), comp(2, (2, 2)), comp(3, (5, 6))], 9, "component 1 plan 1-9 overlaps component 3 plan 5-6"),
         ([comp(1, (1, 2), (3, 9))], 5, "execution range 3-9 is outside lines 1-5"),
         ([comp(1, (0, 2))], 5, "outside lines 1-5"),
         ([comp(1, (4, 2))], 5, "runs backwards"),
-        ([comp(1, None, (1, 2))], 5, "component 1 has no plan"),
-        ([comp(1, (1, 2), description="")], 5, "component 1 has no description"),
-        ([comp(1, (1, 2), (3, 4), prompt="")], 5, "execution but no prompt"),
+        ([comp(1, (1, 2), (3, 4), prompt="")], 5, "component 1 has an execution but no prompt"),
+        ([], 5, "no components"),
     ],
 )
-def test_validate_rejects(components: list[Component], n: int, message: str) -> None:
-    errors = validate_components(components, n)
-    assert any(message in e for e in errors), errors
+def test_validate_rejects_what_cannot_be_rendered(components: list[ComponentRanges], n: int, message: str) -> None:
+    for strict in (False, True):
+        errors = validate_components(components, n, strict=strict)
+        assert any(message in e for e in errors), errors
+
+
+# GPT-4o's routine slips: kept with a named warning by default, rejected with --strict.
+@pytest.mark.parametrize(
+    "components, n, kinds",
+    [
+        ([comp(1, None, (1, 2)), comp(2, (3, 5))], 5, [("no_plan", 1)]),
+        ([comp(1, None), comp(2, (1, 5))], 5, [("no_plan", 1)]),
+        ([comp(1, (1, 3), (1, 3)), comp(2, (4, 5))], 5, [("plan_equals_execution", 1)]),
+        ([comp(1, (1, 2), (3, 4), (4, 5))], 5, [("overlap_execution_comment", 1)]),
+        ([comp(1, (1, 3), (3, 5))], 5, [("overlap_plan_execution", 1)]),
+        ([comp(1, (1, 2), (3, 5)), comp(2, (5, 6))], 6, [("overlap_plan_execution", 2)]),
+        ([comp(1, (1, 4)), comp(2, (2, 2))], 5, [("overlap_plan_plan", 2), ("uncovered_lines", None)]),
+        ([comp(1, (1, 2), description="")], 2, [("no_description", 1)]),
+        ([comp(1, (1, 9)), comp(2, (2, 2)), comp(3, (5, 6))], 9, [("overlap_plan_plan", 2), ("overlap_plan_plan", 3)]),
+    ],
+)
+def test_warnings_are_named_and_strict_rejects_them(components: list[ComponentRanges], n: int, kinds: list) -> None:
+    assert validate_components(components, n) == []
+    found = component_warnings(components, n)
+    assert [(w.kind, w.component) for w in found] == kinds
+    assert all(w.kind in WARNING_KINDS for w in found)
+    strict = validate_components(components, n, strict=True)
+    assert strict == [w.message for w in found if w.kind != "uncovered_lines"]
+
+
+def test_warning_messages_name_the_ranges() -> None:
+    [w] = component_warnings([comp(1, (1, 2), (3, 4), (4, 5))], 5)
+    assert w.message == "component 1 execution 3-4 overlaps component 1 comment 4-5"
+    [w] = component_warnings([comp(1, (1, 3), (1, 3)), comp(2, (4, 5))], 5)
+    assert w.message == "component 1 plan 1-3 equals its execution range"
+    [w] = component_warnings([comp(1, (1, 2)), comp(2, (5, 5))], 8)
+    assert (w.kind, w.message) == ("uncovered_lines", "5 line(s) in no range: 3-4, 6-8")
+    assert validate_components([comp(1, (1, 2)), comp(2, (5, 5))], 8, strict=True) == []  # never rejected
+
+
+def test_plan_equal_to_execution_renders_the_same_lines_in_both() -> None:
+    thought = "Compute 2 + 2. It is 4.\nDone."
+    spans = line_spans(thought)
+    rec = component_record(comp(1, (1, 2), (1, 2)), thought, spans)
+    assert rec["plan_text"] == rec["execution_text"] == "Compute 2 + 2. It is 4."
 
 
 def test_component_record_resolves_original_text() -> None:
@@ -302,24 +463,38 @@ def scripted_server(rows: list[dict], replies: dict[str, Callable[[dict], Any]])
     return FakeServer(by_question(rows, lambda row: replies[row["id"]](row)))
 
 
-EXPECTED = {
-    "remainder-2-3-pow": ("ok", None),
-    "rectangle-area": ("ok", None),
-    "sum-of-divisors-36": ("ok", None),
-    "circle-circumference": ("ok", None),
-    "case-missing-fields": ("invalid", "component 2 has no description; component 5 has no plan"),
-    "case-overlap": ("invalid", "component 3 execution 8-10 overlaps component 4 plan 10-10"),
-    "case-past-end": ("invalid", "component 5 plan range 13-20 is outside lines 1-14"),
-    "case-lines-not-found": ("ok", None),
-    "case-prose": ("ok", None),
-    "case-no-json": ("unparseable", "no JSON list of components found"),
+# What an LLM stage records for the fixture traces, and for each way the server can answer badly
+# (test_dag expects the same of stage 2).
+FIXTURE_OK = {name: ("ok", None) for name in ("remainder-2-3-pow", "rectangle-area", "sum-of-divisors-36", "circle-circumference")}
+SERVER_CASES = {
     "case-blank": ("unparseable", "the answer is empty"),
     "case-empty": ("llm_empty", "empty completion"),
     "case-500-then-ok": ("ok", None),
     "case-timeout": ("llm_timeout", "timed out"),
     "case-truncated": ("truncated", "max_tokens"),
+}
+EXPECTED = {
+    **FIXTURE_OK,
+    **SERVER_CASES,
+    "case-missing-fields": ("ok", None),  # kept with warnings (see WARNINGS); --strict rejects it
+    "case-overlap": ("ok", None),
+    "case-past-end": ("invalid", "component 5 plan range 13-20 is outside lines 1-14"),
+    "case-lines-not-found": ("ok", None),
+    "case-prose": ("ok", None),
+    "case-no-json": ("unparseable", "no JSON list of components found"),
     "case-gap": ("ok", None),
     "case-no-thought": ("no_thought", "no reasoning trace"),
+}
+# The defects kept, per record, as (kind, component); worked out from the edits in `case_rows`.
+WARNINGS = {
+    "case-missing-fields": [("no_description", 2), ("no_plan", 5), ("uncovered_lines", None)],  # plan 13-14 gone
+    "case-overlap": [("overlap_plan_execution", 4)],  # component 3 execution 8-10 runs into component 4 plan 10-10
+    "case-gap": [("uncovered_lines", None)],  # component 4's comment (line 12) dropped
+}
+# What --strict says instead (uncovered lines alone never reject).
+STRICT = {
+    "case-missing-fields": ("invalid", "component 2 has no description; component 5 has no plan"),
+    "case-overlap": ("invalid", "component 3 execution 8-10 overlaps component 4 plan 10-10"),
 }
 
 
@@ -360,18 +535,47 @@ def test_stage_records_every_item_with_a_clear_status(tmp_path: Path) -> None:
     assert rem["components_usage"]["completion_tokens"] > 0
     assert "8-10" in records["case-overlap"]["components_answer"]  # the raw answer is kept for debugging
 
-    assert outcome.counts["ok"] == 8 and outcome.processed == len(EXPECTED) and outcome.skipped == 0
+    for item_id, rec in records.items():
+        assert [(w["kind"], w["component"]) for w in rec["warnings"]] == WARNINGS.get(item_id, []), item_id
+    assert records["case-overlap"]["warnings"][0]["message"] == "component 3 execution 8-10 overlaps component 4 plan 10-10"
+    # the kept texts are the original lines of each range, overlap included
+    ov = records["case-overlap"]["components"]
+    assert ov[2]["execution_text"].endswith(ov[3]["plan_text"])
+    assert records["case-missing-fields"]["components"][4]["plan_text"] is None
+
+    assert outcome.counts["ok"] == 10 and outcome.processed == len(EXPECTED) and outcome.skipped == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stage"] == "components" and manifest["counts"] == outcome.counts
+    assert manifest["warnings"] == {"uncovered_lines": 2, "no_description": 1, "no_plan": 1, "overlap_plan_execution": 1}
+    assert manifest["config"]["strict"] is False
     assert manifest["usage"]["completion_tokens"] == sum(r["components_usage"]["completion_tokens"] for r in records.values()) > 0
     assert manifest["usage"]["this_run"]["retries"] >= 3  # the 500, the empty answer, the timeout
     assert "component_separation" in manifest["prompt_hashes"]
-    assert "1 of 8 ok records leave 1 line(s) uncovered" in outcome.summary()
-    assert "ok: 8" in outcome.summary() and str(out / "records.jsonl") in outcome.summary()
+    assert "3 of 10 ok records kept with warnings: uncovered_lines 2, no_description 1, no_plan 1, " \
+           "overlap_plan_execution 1" in outcome.summary()
+    assert "ok: 10" in outcome.summary() and str(out / "records.jsonl") in outcome.summary()
 
     ds = datasets.load_dataset("json", data_files=str(out / "records.jsonl"), split="train")
     assert len(ds) == len(EXPECTED)
     assert sorted(ds["status"]) == sorted(s for s, _ in EXPECTED.values())
+
+
+def test_strict_rejects_the_kept_defects(tmp_path: Path) -> None:
+    rows, replies = case_rows()
+    names = ("case-missing-fields", "case-overlap", "case-gap", "case-prose")
+    rows = [r for r in rows if r["id"] in names]
+    inp = write_jsonl(tmp_path / "traces.jsonl", rows)
+    out = tmp_path / "strict"
+    with scripted_server(rows, replies) as srv:
+        outcome = run_stage1(inp, out, srv.base_url, strict=True)
+    records = records_of(out)
+    for item_id in names:
+        status, message = STRICT.get(item_id, ("ok", None))
+        assert records[item_id]["status"] == status, item_id
+        assert message is None or message in records[item_id]["error"], records[item_id]["error"]
+    assert records["case-gap"]["warnings"][0]["kind"] == "uncovered_lines"
+    assert outcome.counts == {"ok": 2, "invalid": 2}
+    assert json.loads((out / "manifest.json").read_text())["config"]["strict"] is True
 
 
 def test_rerun_retries_only_transient_failures(tmp_path: Path) -> None:

@@ -9,7 +9,17 @@ from typing import Any, Callable
 import datasets
 import pytest
 from fake_server import FakeServer, Reply
-from test_components import by_question, good_answer, load_traces, question_in, records_of, run_stage1, write_jsonl
+from test_components import (
+    FIXTURE_OK,
+    SERVER_CASES,
+    by_question,
+    good_answer,
+    load_traces,
+    question_in,
+    records_of,
+    run_stage1,
+    write_jsonl,
+)
 
 from sprint.cli import main as cli_main
 from sprint.dag import (
@@ -17,7 +27,7 @@ from sprint.dag import (
     create_dag,
     dag_from_json,
     dag_to_json,
-    parse_dag,
+    parse_dag_answer,
     render_components,
     validate_dag,
 )
@@ -42,7 +52,7 @@ MODEL = "test-model"
     ],
 )
 def test_parse_dag_accepts(text: str) -> None:
-    assert parse_dag(text) == {1: [], 2: [1], 3: [1, 2]}
+    assert parse_dag_answer(text) == {1: [], 2: [1], 3: [1, 2]}
 
 
 @pytest.mark.parametrize(
@@ -63,7 +73,7 @@ def test_parse_dag_accepts(text: str) -> None:
 )
 def test_parse_dag_rejects(text: str, message: str) -> None:
     with pytest.raises(DagError, match=message):
-        parse_dag(text)
+        parse_dag_answer(text)
 
 
 def test_validate_dag() -> None:
@@ -133,10 +143,8 @@ def dag_cases() -> dict[str, Callable[[dict], Any]]:
 
 
 EXPECTED = {
-    "remainder-2-3-pow": ("ok", None),
-    "rectangle-area": ("ok", None),
-    "sum-of-divisors-36": ("ok", None),
-    "circle-circumference": ("ok", None),
+    **FIXTURE_OK,
+    **SERVER_CASES,
     "case-forward-edge": ("invalid", "component 3 has parent 4, which is not an earlier component"),
     "case-cycle": ("invalid", "component 1 has parent 2, which is not an earlier component; component 3 has parent 3"),
     "case-unknown-node": ("invalid", "unknown component(s) 6 (there are 5)"),
@@ -145,11 +153,6 @@ EXPECTED = {
     "case-list": ("unparseable", "list of lists"),
     "case-non-list": ("unparseable", "the parents of 2 are 1, not a list"),
     "case-prose-braces": ("ok", None),
-    "case-blank": ("unparseable", "the answer is empty"),
-    "case-empty": ("llm_empty", "empty completion"),
-    "case-500-then-ok": ("ok", None),
-    "case-timeout": ("llm_timeout", "timed out"),
-    "case-truncated": ("truncated", "max_tokens"),
     "case-single": ("ok", None),
 }
 

@@ -100,6 +100,7 @@ def test_run_dir_resume_repairs_tail_and_retries_transient(tmp_path):
     run.append({"id": "c", "status": "invalid", "retryable": False})
     with open(tmp_path / "records.jsonl", "ab") as f:
         f.write(b'{"id": "d", "sta')  # killed mid-write
+    run.close()  # one writer per folder: release the lock before reopening
     again = RunDir(tmp_path, "stage", {"model": "m", "num_workers": 9})
     assert sorted(again.done) == ["a", "c"]
     lines = (tmp_path / "records.jsonl").read_bytes().splitlines(keepends=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_sft_check import tokenizer_dir  # noqa: F401  (a fixture: the R1 tokenizer of the shared data)
 
 from sprint.errors import UserError
 from sprint.finetune import (
@@ -35,7 +36,6 @@ from sprint.finetune import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TOKENIZER = "tokenizers/deepseek-r1-distill-qwen-7b"
 
 
 def options(**kw) -> FinetuneOptions:
@@ -199,14 +199,6 @@ def fake_swift(folder: Path) -> Path:
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(shared_data: Path) -> Path:
-    path = shared_data / TOKENIZER
-    if not path.is_dir():
-        pytest.skip(f"tokenizer {path} is missing; set SPRINT_LOCAL_DATA")
-    return path
 
 
 def test_run_checks_data_then_runs_swift(tmp_path: Path, tokenizer_dir: Path, monkeypatch):

@@ -14,14 +14,13 @@ import pytest
 
 from sprint.errors import UserError
 from sprint.grading import (
-    grade,
     grade_gpqa,
-    grade_many,
     grade_math,
     gpqa_letter,
     last_boxed,
     normalize_answer,
 )
+from sprint.tasks import grade, grade_many
 
 
 def _data_dir() -> Path:

@@ -68,7 +68,7 @@ def test_completion_round_trip_sends_exact_body_and_reads_usage():
         )
     assert done.text == "The answer is 4. "
     assert (done.finish_reason, done.stop_reason) == ("stop", "STOP")
-    assert (done.prompt_tokens, done.completion_tokens) == (3, 4)
+    assert (done.prompt_tokens, done.completion_tokens) == (3, 5)  # vLLM counts the stop string's token
     assert (done.cached, done.attempts) == (False, 1)
     assert done.start <= done.end
     endpoint, body = srv.requests[0]
@@ -84,7 +84,7 @@ def test_completion_round_trip_sends_exact_body_and_reads_usage():
         "skip_special_tokens": False,
     }
     assert client.usage.as_dict() == {
-        "calls": 1, "cache_hits": 0, "retries": 0, "failures": 0, "prompt_tokens": 3, "completion_tokens": 4, "errors": {}
+        "calls": 1, "cache_hits": 0, "retries": 0, "failures": 0, "prompt_tokens": 3, "completion_tokens": 5, "errors": {}
     }
 
 

@@ -132,7 +132,7 @@ def test_summarize_counts_no_answer_as_wrong_and_authors_variant() -> None:
         ProblemResult("3", False, True, sequential=200, total=200, phases=1, prompts=0, prompts_per_phase=[0]),
         ProblemResult("4", False, False, status="server_error"),  # no text, no answer
     ]
-    s = M.summarize(results, resamples=300)
+    s = M.summarize_results(results, resamples=300)
     assert s["problems"] == 4 and s["correct"] == 2 and s["answered"] == 3 and s["no_answer"] == 1
     assert s["accuracy"] == pytest.approx(0.5)
     assert s["accuracy_answered"] == pytest.approx(2 / 3)
@@ -145,7 +145,7 @@ def test_summarize_counts_no_answer_as_wrong_and_authors_variant() -> None:
 
 
 def test_summarize_baseline_has_no_phase_numbers() -> None:
-    s = M.summarize([ProblemResult("1", True, True, sequential=10, total=10)], resamples=0)
+    s = M.summarize_results([ProblemResult("1", True, True, sequential=10, total=10)], resamples=0)
     assert s["mean_phases"] is None and s["mean_prompts"] is None and s["accuracy_ci"] is None
 
 

@@ -18,14 +18,9 @@ from pathlib import Path
 import pytest
 
 from sprint import cli
-from sprint.orchestration import (
-    BaselineConfig,
-    OrchestrationConfig,
-    PromptFormat,
-    baseline,
-    build_prompt_format,
-    orchestrate,
-)
+from sprint.baseline import BaselineConfig, baseline
+from sprint.orchestration import OrchestrationConfig, orchestrate
+from sprint.prompt_format import PromptFormat, build_prompt_format
 from sprint.trajectory import parse
 from fake_server import FakeServer, Reply
 
@@ -593,21 +588,23 @@ def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
     tmp_path: Path, stage: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    from sprint import baseline as baseline_module
     from sprint import orchestration
     from sprint.errors import UserError
 
-    real_seed = orchestration.call_seed
+    stage_module = orchestration if stage == "orchestrate" else baseline_module  # where the stage takes its seeds
+    real_seed = stage_module.call_seed
 
     def seed_with_a_bug(seed: int | None, *parts: object) -> int | None:
         if parts[0] == "test_demo_1":  # every call of this one problem, in both stages
             raise ZeroDivisionError("division by zero in problem 1")
         return real_seed(seed, *parts)
 
-    monkeypatch.setattr(orchestration, "call_seed", seed_with_a_bug)
+    monkeypatch.setattr(stage_module, "call_seed", seed_with_a_bug)
     data = _data(tmp_path, ["What is 2+3?", "What is 1+4?", "What is 0+5?"])
     out = tmp_path / stage
     argv = _stage_argv(stage, "{url}", data, out, _agent_file(tmp_path))
-    caplog.set_level(logging.DEBUG, logger="sprint.orchestration")
+    caplog.set_level(logging.DEBUG, logger="sprint.stage")  # the one worker pool logs crashes
     with FakeServer(_solver) as srv:
         code = cli.main([a.replace("{url}", srv.base_url) for a in argv])
     assert code == 0 and srv.errors == []
@@ -629,7 +626,7 @@ def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
     assert (manifest["summary"]["accuracy"], manifest["summary"]["accuracy_answered"]) == (0.6667, 1.0)
 
     # fixed: the re-run redoes the crashed problem only
-    monkeypatch.setattr(orchestration, "call_seed", real_seed)
+    monkeypatch.setattr(stage_module, "call_seed", real_seed)
     with FakeServer(_solver) as srv:
         assert cli.main([a.replace("{url}", srv.base_url) for a in argv]) == 0
         asked = {body["prompt"].split("<Question>\n")[1].split("\n")[0] for _, body in srv.completion_requests}
@@ -640,7 +637,7 @@ def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
     def refuse(seed: int | None, *parts: object) -> int | None:
         raise UserError("the server refuses; fix it")
 
-    monkeypatch.setattr(orchestration, "call_seed", refuse)
+    monkeypatch.setattr(stage_module, "call_seed", refuse)
     with FakeServer(_solver) as srv:
         fresh = _stage_argv(stage, srv.base_url, data, tmp_path / "o2", _agent_file(tmp_path))
         assert cli.main(fresh) == 2

@@ -19,11 +19,13 @@ from sprint.errors import UserError
 from sprint.packing import (
     PackSettings,
     assign_phases,
-    components_from_record,
+    packed_components,
     final_answer_from_solution,
     pack,
     pack_record,
     prompt_names,
+    sft_example,
+    n_test_rows,
     split_ids,
     sft_user_content,
 )
@@ -68,6 +70,11 @@ def packed(row: dict[str, Any], **settings: Any):
     return pack_record(row["id"], row["question"], row, PackSettings(**settings))
 
 
+def body_of(text: str) -> str:
+    """A full trajectory text without its question block."""
+    return text.split("</Question>\n\n", 1)[1]
+
+
 # ------------------------------------------------------------------------------------------
 # The worked example of the format
 
@@ -86,15 +93,18 @@ def test_worked_example_components_reproduce_the_shared_example_exactly():
 def test_worked_example_merge_and_observation_by_hand():
     row = json.loads((DATA / "packing_example.json").read_text())
     traj = packed(row, parallelization_threshold=1.0).trajectory
-    # component 3's execution spans 14..15 (< 3): merged into its plan after one space
+    # component 3's execution spans 14..15 (< 3): merged into its plan on a new line; component 1's
+    # comment is dropped by default (the released data has none)
     assert traj.phases[1].plan == (
-        "Observation about execution_1.1: So the first term contributes 1.\n\n"
         "Based on execution_1.1, execution_1.2:\n"
-        "Both terms are 1 mod 5, so the sum is 2 mod 5. "
+        "Both terms are 1 mod 5, so the sum is 2 mod 5.\n"
         "Fermat's little theorem agrees: a^4 is 1 mod 5 whenever 5 does not divide a."
     )
     assert traj.phases[1].executions == []
     assert traj.final_answer == "Therefore, the remainder is $\\boxed{2}$."
+    observed = packed(row, parallelization_threshold=1.0, comments="observe").trajectory
+    assert observed.phases[1].plan == "Observation about execution_1.1: So the first term contributes 1.\n\n" + traj.phases[1].plan
+    assert [p.plan for p in observed.phases[:1]] == [p.plan for p in traj.phases[:1]]
 
 
 # ------------------------------------------------------------------------------------------
@@ -114,7 +124,92 @@ SEVERAL_PARENTS = record(
     {"1": [], "2": [], "3": [], "4": [1, 3], "5": [1, 3], "6": [2], "7": [4, 6], "8": [2]},
 )
 
+# The default (comments dropped, as in the released data): no observation lines, no plan-only comment.
 SEVERAL_PARENTS_TEXT = """<Question>
+What is x?
+</Question>
+
+<Plan_1>
+P1.
+
+<prompt_1.1> Q1 </prompt_1.1>
+
+P2.
+
+<prompt_1.2> Q2 </prompt_1.2>
+
+P3.
+
+<prompt_1.3> Q3 </prompt_1.3>
+</Plan_1>
+
+<Execution_1>
+<execution_1.1>
+E1 line.
+</execution_1.1>
+
+<execution_1.2>
+E2.
+</execution_1.2>
+
+<execution_1.3>
+E3.
+</execution_1.3>
+</Execution_1>
+
+<Plan_2>
+Based on execution_1.1, execution_1.3:
+P4.
+
+<prompt_2.1> Q4 </prompt_2.1>
+
+P5.
+E5.
+
+Based on execution_1.2:
+P6.
+
+<prompt_2.2> Q6 </prompt_2.2>
+-----
+
+P8.
+
+<prompt_2.3> Q8 </prompt_2.3>
+</Plan_2>
+
+<Execution_2>
+<execution_2.1>
+E4.
+</execution_2.1>
+
+<execution_2.2>
+E6.
+</execution_2.2>
+
+<execution_2.3>
+E8.
+</execution_2.3>
+</Execution_2>
+
+<Plan_3>
+Based on execution_2.1, execution_2.2:
+P7.
+
+<prompt_3.1> Q7 </prompt_3.1>
+</Plan_3>
+
+<Execution_3>
+<execution_3.1>
+E7.
+</execution_3.1>
+</Execution_3>
+
+<Final_answer>
+Hence the answer is $\\boxed{7}$. Done!
+</Final_answer>"""
+
+# With --comments observe (the paper's description): observation lines and the plan-only comment.
+SEVERAL_PARENTS_OBSERVE_TEXT = """<Question>
 What is x?
 </Question>
 
@@ -155,7 +250,7 @@ P4.
 <prompt_2.1> Q4 </prompt_2.1>
 Observation about execution_1.1: C1 note.
 
-P5. E5.
+P5.\nE5.
 
 C5 note.
 
@@ -205,7 +300,7 @@ Hence the answer is $\\boxed{7}$. Done!
 
 
 def test_several_parents_phases_and_names():
-    comps = components_from_record(SEVERAL_PARENTS)
+    comps = packed_components(SEVERAL_PARENTS)
     phases = assign_phases(comps)
     assert phases == {1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 6: 2, 7: 3, 8: 2}
     assert prompt_names(comps, phases) == {1: "1.1", 2: "1.2", 3: "1.3", 4: "2.1", 6: "2.2", 7: "3.1", 8: "2.3"}
@@ -218,6 +313,9 @@ def test_several_parents_full_text():
     assert (res.phases, res.prompts, res.max_prompts_in_plan) == (3, 7, 3)
     assert res.ratio == pytest.approx(7 / 3)
     assert res.trajectory.render() == SEVERAL_PARENTS_TEXT
+    observed = packed(SEVERAL_PARENTS, comments="observe")
+    assert observed.trajectory.render() == SEVERAL_PARENTS_OBSERVE_TEXT
+    assert (observed.phases, observed.prompts) == (res.phases, res.prompts)  # comments change text, not structure
 
 
 PLAN_ONLY_CHAIN = record(
@@ -235,9 +333,60 @@ PLAN_ONLY_CHAIN = record(
 PLAN_ONLY_CHAIN_BODY = """<Plan_1>
 A.
 
+B.
+B short.
+
+C.
+
+<prompt_1.1> QC </prompt_1.1>
+</Plan_1>
+
+<Execution_1>
+<execution_1.1>
+EC.
+</execution_1.1>
+</Execution_1>
+
+<Plan_2>
+Based on execution_1.1:
+D.
+
+<prompt_2.1> QD </prompt_2.1>
+
+E.
+
+<prompt_2.2> QE </prompt_2.2>
+</Plan_2>
+
+<Execution_2>
+<execution_2.1>
+ED.
+</execution_2.1>
+
+<execution_2.2>
+EE.
+</execution_2.2>
+</Execution_2>
+
+<Plan_3>
+Based on execution_2.1, execution_2.2:
+F.
+</Plan_3>
+
+<Execution_3>
+No prompt to execute.
+</Execution_3>
+
+<Final_answer>
+Hence the answer is $\\boxed{7}$. Done!
+</Final_answer>"""
+
+PLAN_ONLY_CHAIN_OBSERVE_BODY = """<Plan_1>
+A.
+
 A comment.
 
-B. B short.
+B.\nB short.
 
 C.
 
@@ -288,13 +437,15 @@ Hence the answer is $\\boxed{7}$. Done!
 
 
 def test_plan_only_chain_joins_its_parents_phase():
-    comps = components_from_record(PLAN_ONLY_CHAIN)
+    comps = packed_components(PLAN_ONLY_CHAIN)
     phases = assign_phases(comps)
     assert phases == {1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 6: 3}
     assert prompt_names(comps, phases) == {3: "1.1", 4: "2.1", 5: "2.2"}
     res = packed(PLAN_ONLY_CHAIN, parallelization_threshold=1.0)
     assert res.status == "ok", res.error
     assert res.trajectory.render_body() == PLAN_ONLY_CHAIN_BODY
+    observed = packed(PLAN_ONLY_CHAIN, parallelization_threshold=1.0, comments="observe")
+    assert observed.trajectory.render_body() == PLAN_ONLY_CHAIN_OBSERVE_BODY
 
 
 def test_plan_only_chain_fails_the_default_ratio():
@@ -349,7 +500,7 @@ def test_final_answer_sentence_and_the_rest():
     assert final_answer_from_solution("No box here.") is None
     assert final_answer_from_solution(None) is None
     text = "It checks out.\n\n**Final Answer**\n\\[\n\\boxed{5}\n\\]"
-    assert final_answer_from_solution(text) == "\\[\n\\boxed{5}\n\\]"
+    assert final_answer_from_solution(text) == "**Final Answer**\n\\[\n\\boxed{5}\n\\]"  # the heading stays
 
 
 @pytest.mark.parametrize(
@@ -410,10 +561,21 @@ def test_why_tags_in_text_are_refused():
     assert again.render_body() != body
 
 
-def test_final_answer_heading_dropped_from_component_text():
-    row = record([comp("P1.\n**Final Answer**\nStill P1.", "Q1", "E1.", (1, 9)), comp("P2.", "Q2", "E2.", (10, 19))], {})
-    plan = packed(row).trajectory.phases[0].plan
-    assert "Final Answer" not in plan and plan.startswith("P1.\nStill P1.\n\n<prompt_1.1>")
+def test_final_answer_heading_kept_in_the_trajectory_and_removed_from_the_sft_turn_only():
+    row = record([comp("P1.\n**Final Answer**\nStill P1.", "Q1", "E1.", (1, 9)), comp("P2.", "Q2", "E2.", (10, 19))], {},
+                 solution="It checks out.\n\n**Final Answer**\n\\[\n\\boxed{5}\n\\]")
+    res = packed(row)
+    assert res.status == "ok", res.error
+    traj = res.trajectory.render()
+    assert traj.count("**Final Answer**\n") == 2
+    assert "<Plan_1>\nP1.\n**Final Answer**\nStill P1.\n\n<prompt_1.1> Q1 </prompt_1.1>\n\nP2." in traj
+    assert traj.endswith("<Final_answer>\n**Final Answer**\n\\[\n\\boxed{5}\n\\]\n</Final_answer>")
+    assistant = sft_example(AGENT_PROMPT, "t", res.trajectory, res.body)["messages"][1]["content"]
+    assert "Final Answer" not in assistant
+    assert assistant.startswith("<think>\n<Plan_1>\nP1.\nStill P1.\n\n<prompt_1.1> Q1 </prompt_1.1>\n\nP2.")
+    assert assistant.endswith("<Final_answer>\n\\[\n\\boxed{5}\n\\]\n</Final_answer>\n</think>")
+    # everything else of the turn is the trajectory body, unchanged
+    assert assistant == "<think>\n" + body_of(traj).replace("**Final Answer**\n", "") + "\n</think>"
 
 
 def test_split_is_reproducible_and_disjoint():
@@ -548,7 +710,7 @@ def test_shell_script_uses_env_overrides(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     # threshold 0.5 keeps the chains too; only the records without \boxed are dropped
-    assert summary["dropped"] == {"no_boxed": 1} and summary["kept"] == 9 and summary["test"] == round(9 * 0.5)
+    assert summary["dropped"] == {"no_boxed": 1} and summary["kept"] == 9 and summary["test"] == 5  # ceil(4.5)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["parallelization_threshold"] == 0.5 and manifest["config"]["seed"] == 1
     # RANGE, and a push asked for without a repo is refused before anything runs
@@ -591,7 +753,7 @@ def test_push_to_hub_only_when_asked_and_failure_is_a_user_error(tmp_path: Path,
     pack(str(src), tmp_path / "a")
     assert calls == []
     pack(str(src), tmp_path / "b", push_to_hub="me/sprint-sft")
-    assert calls == [("me/sprint-sft", {"train": 13, "test": 1})]  # 20 - 4 chains - 2 without \boxed
+    assert calls == [("me/sprint-sft", {"train": 12, "test": 2})]  # 20 - 4 chains - 2 without \boxed; ceil(1.4)
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["pushed_to_hub"] == "me/sprint-sft"
     with pytest.raises(UserError, match="me/broken.*ConnectionError.*no route"):
         pack(str(src), tmp_path / "c", push_to_hub="me/broken")
@@ -637,3 +799,120 @@ def test_ms_swift_reads_the_sft_files(tmp_path: Path, tiny_model_dir: Path):
     for row in swift_rows:
         body = row["messages"][1]["content"].split("<think>\n", 1)[1].rsplit("\n</think>", 1)[0]
         assert body in row["trained_text"]  # the whole trajectory is a training target
+
+
+# ------------------------------------------------------------------------------------------
+# Faithfulness options, split counts and upstream failures
+
+
+def test_split_test_count_rounds_up_as_scikit_learn_does():
+    assert [n_test_rows(n, 0.1) for n in (0, 1, 2, 5, 9, 10, 11, 28, 1700)] == [0, 0, 1, 1, 1, 1, 2, 3, 170]
+    assert n_test_rows(9, 0.5) == 5 and n_test_rows(3, 0.9) == 2  # train keeps one row
+    assert n_test_rows(40, 0.0) == 0
+    train, test = split_ids([f"id{i}" for i in range(5)], 0.1, 42)
+    assert (len(train), len(test)) == (4, 1)
+
+
+def five_traces() -> list[dict[str, Any]]:
+    rows = []
+    for i in range(5):
+        row = json.loads(json.dumps(SEVERAL_PARENTS))
+        row["id"], row["question"] = f"t{i}", f"Question {i}?"
+        rows.append(row)
+    return rows
+
+
+def test_five_traces_give_four_train_and_one_test_row(tmp_path: Path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in five_traces()))
+    summary = pack(str(src), tmp_path / "sft")
+    assert (summary["kept"], summary["train"], summary["test"]) == (5, 4, 1)
+    assert len(read_jsonl(tmp_path / "sft" / "train.jsonl")) == 4 and len(read_jsonl(tmp_path / "sft" / "test.jsonl")) == 1
+    assert "test set is empty" not in capsys.readouterr().out
+
+
+def test_an_empty_test_set_is_reported(tmp_path: Path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps(five_traces()[0]) + "\n")
+    summary = pack(str(src), tmp_path / "sft")
+    assert (summary["kept"], summary["train"], summary["test"]) == (1, 1, 0)
+    out = capsys.readouterr().out
+    assert "warning: the test set is empty" in out and "1 kept trace" in out
+
+
+def test_upstream_failures_count_the_same_from_a_folder_or_its_file(tmp_path: Path, capsys):
+    stage = write_stage(tmp_path / "dag", five_traces())  # plus one failed record (llm_timeout)
+    from_folder = pack(str(stage), tmp_path / "a")
+    from_file = pack(str(stage / "records.jsonl"), tmp_path / "b")
+    for summary in (from_folder, from_file):
+        assert summary["input"] == 6 and summary["kept"] == 5
+        assert summary["dropped"] == {"upstream_failed": 1}
+    assert "dropped      1  upstream_failed" in capsys.readouterr().out
+    rec = next(r for r in read_jsonl(tmp_path / "a" / "records.jsonl") if r["id"] == "broken")
+    assert rec["status"] == "dropped" and "llm_timeout" in rec["error"]
+    # a range selects records of the folder as it does of the file
+    assert pack(str(stage), tmp_path / "c", range_spec="4:6")["dropped"] == {"upstream_failed": 1}
+
+
+def test_comments_option_cli_manifest_and_summary(tmp_path: Path):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in five_traces()))
+    for mode in ("drop", "observe"):
+        out = tmp_path / mode
+        args = ["pack", "-i", str(src), "-o", str(out)] + (["--comments", mode] if mode == "observe" else [])
+        assert cli_main(args) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert summary["comments"] == manifest["config"]["comments"] == mode
+        texts = [r["trajectory"] for r in read_jsonl(out / "records.jsonl")]
+        assert all(("Observation about execution_" in t) == (mode == "observe") for t in texts)
+        assert all(("C5 note." in t) == (mode == "observe") for t in texts)
+        sft = read_jsonl(out / "train.jsonl")[0]["messages"][1]["content"]
+        assert sft == "<think>\n" + body_of(SEVERAL_PARENTS_OBSERVE_TEXT if mode == "observe" else SEVERAL_PARENTS_TEXT) + "\n</think>"
+    with pytest.raises(SystemExit):
+        cli_main(["pack", "-i", str(src), "-o", str(tmp_path / "x"), "--comments", "keep"])
+
+
+def test_comments_variable_of_the_shell_script(tmp_path: Path):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in five_traces()))
+    base = {**os.environ, "DATA": str(src), "PYTHON": sys.executable}
+    for value, mode in (("", "drop"), ("observe", "observe")):
+        out = tmp_path / f"sft-{mode}"
+        proc = subprocess.run(["bash", str(REPO / "run_finetuning_data_preparation.sh")],
+                              env={**base, "OUT_DIR": str(out), "COMMENTS": value}, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads((out / "manifest.json").read_text())["config"]["comments"] == mode
+
+
+def test_stage1_warnings_are_counted_in_the_summary(tmp_path: Path):
+    rows = five_traces()
+    rows[0]["warnings"] = [{"kind": "no_plan", "component": 2, "message": "component 2 has no plan"},
+                           {"kind": "plan_equals_execution", "component": 3, "message": "m"}]
+    rows[1]["warnings"] = [{"kind": "no_plan", "component": 1, "message": "component 1 has no plan"}]
+    rows[2] = {**chain(3), "id": "chain", "question": "Chain?",
+               "warnings": [{"kind": "overlap_execution_comment", "component": 1, "message": "m"}]}
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = pack(str(src), tmp_path / "sft")
+    assert summary["warnings"] == {"no_plan": 2, "overlap_execution_comment": 1, "plan_equals_execution": 1}
+    assert summary["kept_warnings"] == {"no_plan": 2, "plan_equals_execution": 1}  # the chain is dropped
+    manifest = json.loads((tmp_path / "sft" / "manifest.json").read_text())
+    assert manifest["summary"]["warnings"] == summary["warnings"]
+
+
+def test_a_trace_without_plan_ranges_packs_with_empty_plans():
+    # stage 1 kept a component with no plan range (warning no_plan): its plan text is None
+    row = record([comp("P1.", "Q1", "E1.", (1, 9)), {**comp("", "Q2", "E2.", (10, 19)), "plan_text": None, "plan": None},
+                  comp("P3.", "Q3", "E3.", (20, 29))], {"3": [1, 2]})
+    res = packed(row)
+    assert res.status == "ok", res.error
+    assert res.trajectory.phases[0].plan == "P1.\n\n<prompt_1.1> Q1 </prompt_1.1>\n\n<prompt_1.2> Q2 </prompt_1.2>"
+
+
+def test_plan_equal_to_execution_renders_both_as_released():
+    same = "Compute 2 + 2 by counting up from 2 twice, which gives 4."
+    row = record([comp(same, "Count up.", same, (1, 4)), comp("P2.", "Q2", "E2.", (10, 19))], {})
+    body = packed(row).trajectory.render_body()
+    assert body.startswith(f"<Plan_1>\n{same}\n\n<prompt_1.1> Count up. </prompt_1.1>\n\nP2.")
+    assert f"<execution_1.1>\n{same}\n</execution_1.1>" in body

@@ -21,16 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_server import FakeServer
+from fake_server import FakeServer, Reply
 from test_components import by_question, good_answer, load_traces, write_jsonl
 
-from sprint import faults, orchestration
+from sprint import faults, inference
 from sprint.cli import main as cli_main
 from sprint.components import FAILURE_KINDS, separate_components
 from sprint.dag import create_dag
 from sprint.faults import FaultPlan
 from sprint.llm import ERROR_KINDS, LLMClient, LLMConfig, LLMError, Sampling
-from sprint.orchestration import BaselineConfig, OrchestrationConfig, baseline, orchestrate
+from sprint.baseline import BaselineConfig, baseline
+from sprint.orchestration import OrchestrationConfig, orchestrate
 
 MODEL = "test-model"
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +100,7 @@ def test_fake_server_produces_every_fault_and_the_client_classifies_it(fault: st
 def test_replay_server_produces_every_fault_and_the_client_classifies_it(fault: str, tmp_path: Path) -> None:
     from test_replay import FAST, MODEL as REPLAY_MODEL, planner_prompt, sums
 
-    from sprint.replay import replay_server
+    from sprint.replay_server import replay_server
 
     traj = sums()
     (tmp_path / "t.txt").write_text(traj.render() + "\n", encoding="utf-8")
@@ -223,7 +224,7 @@ def test_orchestration_of_30_problems_under_faults_loses_nothing(tmp_path: Path,
 @pytest.mark.slow
 def test_baseline_under_faults_records_every_problem(tmp_path: Path, monkeypatch) -> None:
     # a short back-off, so the HTTP retries of the faults take milliseconds, not seconds
-    monkeypatch.setattr(orchestration, "LLMConfig", functools.partial(LLMConfig, backoff=0.01))
+    monkeypatch.setattr(inference, "LLMConfig", functools.partial(LLMConfig, backoff=0.01))
     data = problems_file(tmp_path, 20)
     plan = FaultPlan(rate_5xx=0.15, rate_429=0.1, rate_timeout=0.05, rate_reset=0.05, rate_empty=0.05, seed=5,
                      timeout_delay=1.0, retry_after=0.01)
@@ -428,3 +429,99 @@ def test_a_folder_of_another_stage_is_refused(tmp_path: Path, capsys) -> None:
         assert cli_main(["dag", "-i", str(tmp_path / "c"), "-o", str(tmp_path / "c"), *llm]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "'components' run" in err and "--overwrite" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# The circuit breaker: a server that stops answering ends the run in seconds (exit 4), the rerun
+# completes everything
+
+
+def test_the_breaker_trips_after_n_connection_failures_in_a_row_and_an_answer_resets_it() -> None:
+    import openai
+
+    from sprint.llm import RUN_STOP, RunStop
+
+    async def main() -> tuple[str | None, list[bool]]:
+        client = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model=MODEL, max_retries=0,
+                                     max_connection_failures=3))
+        stop = RunStop()
+        RUN_STOP.set(stop)
+        refused = []
+        for _ in range(4):
+            with pytest.raises(LLMError) as info:
+                await client.complete("x", Sampling(max_tokens=4))
+            assert info.value.kind == "connection"
+            refused.append(info.value.stopped)
+        await client.aclose()
+        return stop.reason, refused
+
+    reason, refused = asyncio.run(main())
+    assert refused == [False, False, False, True]  # the 4th call is refused without an attempt
+    assert reason == "server at http://127.0.0.1:9/v1 stopped answering after 3 connection failures in a row"
+    with FakeServer(lambda body, endpoint: "ok") as srv:  # an answer in between resets the count
+        client = LLMClient(LLMConfig(base_url=srv.base_url, model=MODEL, max_retries=0, max_connection_failures=2))
+        failures = iter([True, False, True, False, True])
+
+        async def flaky(*args: Any, **kw: Any) -> Any:
+            if next(failures):
+                raise openai.APIConnectionError(request=None)  # type: ignore[arg-type]
+            return await real(*args, **kw)
+
+        real = client._attempt
+        client._attempt = flaky  # type: ignore[method-assign]
+
+        async def calls() -> list[str | None]:
+            kinds = []
+            for _ in range(5):
+                try:
+                    await client.complete("x", Sampling(max_tokens=4))
+                    kinds.append(None)
+                except LLMError as exc:
+                    kinds.append(exc.kind)
+            await client.aclose()
+            return kinds
+
+        assert asyncio.run(calls()) == ["connection", None, "connection", None, "connection"]
+        assert client.stopped is None
+
+
+def test_components_against_a_server_that_dies_stop_in_seconds_and_the_rerun_completes(tmp_path: Path, capsys) -> None:
+    import time
+
+    rows = curation_rows(4)
+    inp = write_jsonl(tmp_path / "traces.jsonl", rows)
+    out = tmp_path / "c"
+    answered = 0
+
+    srv = FakeServer()
+
+    def handler(body: dict, endpoint: str) -> Any:
+        nonlocal answered
+        answered += 1
+        if answered >= 4:  # the server goes away after three answers: connections drop, then are refused
+            if answered == 4:
+                import threading
+                threading.Thread(target=srv.stop, daemon=True).start()
+            return Reply(reset=True)
+        return by_question(rows, good_answer)(body, endpoint)
+
+    srv.handler = handler
+    with srv:
+        cmd = ["components", "-i", str(inp), "-o", str(out), "--model", MODEL, "--server-url", srv.base_url,
+               "--num-workers", "2", "--no-progress", "--no-cache", "--max-connection-failures", "6"]
+        started = time.monotonic()
+        assert cli_main(cmd) == 4
+        elapsed = time.monotonic() - started
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(err) == 1 and re.fullmatch(
+        rf"error: server at {re.escape(srv.base_url)} stopped answering after 6 connection failures in a row, "
+        r"\d+ items not done; rerun the same command to continue", err[0]), err
+    assert elapsed < 15, f"the run took {elapsed:.1f}s to notice the dead server"
+    records = read_records(out)
+    assert len({r["id"] for r in records}) == len(records) < len(rows)
+    assert all(r["status"] == "ok" or (r["status"] == "llm_connection" and r["retryable"]) for r in records)
+    with FakeServer(by_question(rows, good_answer)) as back:
+        assert cli_main([a if a != srv.base_url else back.base_url for a in cmd]) == 0
+    final = read_records(out)
+    assert sorted(r["id"] for r in final) == sorted(r["id"] for r in rows) and all(r["status"] == "ok" for r in final)
+    print(f"components noticed the dead server in {elapsed:.1f}s")

@@ -12,17 +12,16 @@ from pathlib import Path
 import openai
 import pytest
 
+from sprint.cli import build_parser, main
+from sprint.errors import UserError
 from sprint.faults import FaultPlan
 from sprint.latency import LatencyModel
-from sprint.replay import (
-    ReplayRequestError,
-    Splitter,
-    load_library,
-    read_request,
-    replay_server,
-    resolve,
-)
+from sprint.llm import LLMClient, LLMConfig, Sampling
+from sprint.replay import ReplayRequestError, load_library, read_request, resolve
+from sprint.options import config_from
+from sprint.replay_server import ReplayConfig, replay_server
 from sprint.trajectory import Execution, Phase, Trajectory, parse, render_prompt, render_question
+from sprint.wire import Splitter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 AGENT = (REPO_ROOT / "prompts" / "agent.txt").read_text(encoding="utf-8").strip()
@@ -140,8 +139,6 @@ def test_library_reads_folders_and_run_folders(traj_dir: Path, tmp_path: Path):
 
 
 def test_library_refuses_folders_without_trajectories(tmp_path: Path):
-    from sprint.errors import UserError
-
     (tmp_path / "x.txt").write_text("hello", encoding="utf-8")
     with pytest.raises(UserError, match="no recorded trajectories"):
         load_library([tmp_path])
@@ -443,8 +440,6 @@ def test_fault_plan_errors_delays_and_dropped_streams(traj_dir: Path):
 
 
 def test_llm_client_recovers_from_injected_faults(traj_dir: Path):
-    from sprint.llm import LLMClient, LLMConfig, Sampling
-
     t = sums()
     plan = FaultPlan(rate_5xx=0.25, rate_truncated=0.25, rate_reset=0.1, seed=3)
     jobs = [(executor_prompt(t, 1, n), n) for n in ("1.1", "1.2")] * 4
@@ -484,9 +479,20 @@ def test_tokenizer_splitter_counts_real_tokens(shared_data: Path):
     assert len(pieces) == tok.count(text) > words(text)
 
 
-def test_cli_serves_prints_its_url_and_reports_bad_input(traj_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
-    from sprint.cli import main
+def test_cli_flags_build_the_server_config(capsys: pytest.CaptureFixture):
+    args = build_parser(["replay-server"]).parse_args(
+        ["replay-server", "d", "--ms-per-token", "20", "--ttft-per-token", "0.1", "--capacity", "3", "--faults", "5xx=0.5,seed=2"]
+    )
+    config = config_from(ReplayConfig, args)
+    assert config.latency == LatencyModel(0.025, 0.0001, 0.02, 0.01, 3)
+    assert config.faults == FaultPlan(rate_5xx=0.5, seed=2) and config.port == 8000
+    assert config_from(ReplayConfig, build_parser(["replay-server"]).parse_args(["replay-server", "d"])).faults is None
+    for bad in (["--time-scale", "-1"], ["--ms-per-token", "-3"], ["--faults", "nonsense=1"]):
+        assert main(["replay-server", "d", *bad]) == 2
+        assert capsys.readouterr().err.startswith("error: ")
 
+
+def test_cli_serves_prints_its_url_and_reports_bad_input(traj_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
     assert main(["replay-server", str(tmp_path / "nowhere"), "--tokenizer", "words"]) == 2
     assert "does not exist" in capsys.readouterr().err
     proc = subprocess.Popen(

@@ -14,7 +14,7 @@ from sprint.faults import FaultPlan
 from sprint.latency import LatencyModel
 from sprint.llm import ERROR_KINDS
 from sprint.orchestration import OrchestrationConfig, orchestrate
-from sprint.replay import DEFAULT_MODEL, replay_server
+from sprint.replay_server import DEFAULT_MODEL, replay_server
 from sprint.trajectory import Execution, Phase, Trajectory, parse, render_prompt
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -36,7 +36,8 @@ from test_components import by_question, good_answer, load_traces, run_stage1, w
 from sprint.components import separate_components
 from sprint.dag import create_dag
 from sprint.llm import Sampling, cache_key
-from sprint.orchestration import BaselineConfig, OrchestrationConfig, baseline, orchestrate
+from sprint.baseline import BaselineConfig, baseline
+from sprint.orchestration import OrchestrationConfig, orchestrate
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "test-model"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from sprint.errors import UserError
-from sprint.orchestration import OrchestrationConfig, orchestrate, settled_prompts
+from sprint.orchestration import OrchestrationConfig, orchestrate
+from sprint.schedule import settled_prompts
 from sprint.trajectory import parse
 from fake_server import FakeServer, Reply
 

@@ -57,7 +57,7 @@ def leaks(root: Path) -> list[str]:
 
 def test_no_command_takes_a_key_on_the_command_line() -> None:
     """A key given as an option ends up in shell history, `ps` and the manifest's config."""
-    parser = build_parser()
+    parser = build_parser(every_command=True)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     offending = []
     for name, command in sub.choices.items():
@@ -90,14 +90,19 @@ def answer_everything(rows: list[dict]):
     return handler
 
 
-@pytest.mark.slow
-def test_planted_key_is_used_but_never_written(tmp_path: Path) -> None:
+def workspace(tmp_path: Path) -> tuple[list[dict], Path, Path, Path, Path]:
+    """Traces (rows and file), problems, and empty output and log folders."""
     rows = load_traces()
     traces = write_jsonl(tmp_path / "traces.jsonl", rows)
-    data = problems(tmp_path)
     out, logs = tmp_path / "out", tmp_path / "logs"
     out.mkdir()
     logs.mkdir()
+    return rows, traces, problems(tmp_path), out, logs
+
+
+@pytest.mark.slow
+def test_planted_key_is_used_but_never_written(tmp_path: Path) -> None:
+    rows, traces, data, out, logs = workspace(tmp_path)
     with FakeServer(answer_everything(rows), api_key=KEY) as srv:
         url = srv.base_url
         llm = ["--model", MODEL, "--server-url", url, "--no-progress"]
@@ -138,12 +143,7 @@ def test_planted_key_is_used_but_never_written(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_rejected_keys_are_not_repeated_in_errors(tmp_path: Path) -> None:
-    rows = load_traces()
-    traces = write_jsonl(tmp_path / "traces.jsonl", rows)
-    data = problems(tmp_path)
-    out, logs = tmp_path / "out", tmp_path / "logs"
-    out.mkdir()
-    logs.mkdir()
+    rows, traces, data, out, logs = workspace(tmp_path)
 
     # 1. the server refuses the key at GET /models: every stage stops with one clear line
     with FakeServer(answer_everything(rows), api_key=WRONG_KEY) as strict:
