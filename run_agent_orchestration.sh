@@ -2,25 +2,25 @@
 # SPRINT inference: planner/executor orchestration against OpenAI-compatible servers (vLLM).
 # Every variable can be set from the environment, e.g.
 #   PLANNER_MODEL=sprint-7b RANGE=0:50 OUT_DIR=outputs/sprint-math500 ./run_agent_orchestration.sh
-# A variable left empty passes no flag, so the default of `python -m sprint orchestrate` applies
-# (each default is written once, in sprint/orchestration.py; see `python -m sprint orchestrate --help`).
-# Extra arguments are passed on to `python -m sprint orchestrate`.
+# A variable left empty passes no flag, so the default of `sprint orchestrate` applies
+# (each default is written once, in sprint/orchestration.py; see `sprint orchestrate --help`).
+# Extra arguments are passed on to `sprint orchestrate`, e.g. the switches --overwrite (start the
+# folder afresh), --no-retry-failed, --no-cache, --no-progress, --affinity-header NAME, or
+# --max-connection-failures N (stop after N failed connections in a row).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
-fi
+source "$HERE/scripts/run_env.sh"  # SPRINT: the installed `sprint` command; is_true VAR: booleans
 
 PLANNER_MODEL="${PLANNER_MODEL:-sprint}"                  # served model name of the planner
-PLANNER_SERVER_URL="${PLANNER_SERVER_URL:-}"              # default: a local vLLM (see --help)
+PLANNER_SERVER_URL="${PLANNER_SERVER_URL:-}"              # default: a local vLLM; url1,url2,...: replicas (README: Scaling out)
 PLANNER_TEMP="${PLANNER_TEMP:-}"
 PLANNER_TOP_P="${PLANNER_TOP_P:-}"
 PLANNER_OUTPUT_TOKEN_LIMIT="${PLANNER_OUTPUT_TOKEN_LIMIT:-}"   # longer plans are redrawn
 PLANNER_LENGTH_RETRIES="${PLANNER_LENGTH_RETRIES:-}"
 
 EXECUTOR_MODEL="${EXECUTOR_MODEL:-}"                      # default: the planner model
-EXECUTOR_SERVER_URL="${EXECUTOR_SERVER_URL:-}"            # default: the planner URL
+EXECUTOR_SERVER_URL="${EXECUTOR_SERVER_URL:-}"            # default: the planner URL(s); a comma-separated list too
 EXECUTOR_TEMP="${EXECUTOR_TEMP:-}"
 EXECUTOR_TOP_P="${EXECUTOR_TOP_P:-}"
 
@@ -40,6 +40,15 @@ TOKENIZER="${TOKENIZER:-}"                                # chat template source
 MODEL_PATH="${MODEL_PATH:-}"                              # local checkpoint: start vLLM if nothing answers locally
 OUT_DIR="${OUT_DIR:-outputs/orchestration}"
 CACHE_DIR="${CACHE_DIR:-}"                                # response cache, empty = OUT_DIR/llm_cache (pass --no-cache for none)
+SCHEDULE="${SCHEDULE:-}"                                  # barrier (the authors' code) | stream (the paper's text)
+SEED="${SEED:-}"                                          # base of the per-call seeds; none: the server's choice
+TIMEOUT="${TIMEOUT:-}"                                    # seconds per model call
+MAX_RETRIES="${MAX_RETRIES:-}"                            # HTTP retries per call
+EXECUTOR_RETRIES="${EXECUTOR_RETRIES:-}"                  # tries of an executor call
+PROBLEM_RETRIES="${PROBLEM_RETRIES:-}"                    # re-runs of a problem after a transient failure
+AGENT_PROMPT="${AGENT_PROMPT:-}"                          # agent prompt file (none: no agent prompt)
+PRIORITY="${PRIORITY:-0}"                                 # 1/true/yes/on: send vLLM per-request priorities
+AFFINITY_HEADER="${AFFINITY_HEADER:-}"                    # header with the problem id (default X-Session-Id; none: off)
 
 args=(--planner-model "$PLANNER_MODEL" --out-dir "$OUT_DIR")
 flag() {  # flag --name VALUE: pass the flag only when VALUE is set
@@ -68,5 +77,19 @@ flag --api "$API"
 flag --tokenizer "$TOKENIZER"
 flag --model-path "$MODEL_PATH"
 flag --cache-dir "$CACHE_DIR"
+flag --schedule "$SCHEDULE"
+flag --seed "$SEED"
+flag --timeout "$TIMEOUT"
+flag --max-retries "$MAX_RETRIES"
+flag --executor-retries "$EXECUTOR_RETRIES"
+flag --problem-retries "$PROBLEM_RETRIES"
+flag --agent-prompt "$AGENT_PROMPT"
+flag --affinity-header "$AFFINITY_HEADER"
+if is_true PRIORITY; then args+=(--priority); fi
 
-exec "$PYTHON" -m sprint orchestrate "${args[@]}" "$@"
+case " $* " in
+  *" -h "*|*" --help "*) ;;
+  *) echo "to see the run when it is done (phases, call timelines; --baseline DIR compares):" \
+       "sprint view $OUT_DIR --out $OUT_DIR/view, then open $OUT_DIR/view/index.html" ;;
+esac
+exec "${SPRINT[@]}" orchestrate "${args[@]}" "$@"

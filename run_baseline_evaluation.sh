@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Sequential baseline: one generation per problem with the same agent prompt and output layout
 # as run_agent_orchestration.sh. Every variable can be set from the environment; one left empty
-# passes no flag, so the default of `python -m sprint baseline` applies (written once, in
-# sprint/baseline.py; see `python -m sprint baseline --help`).
-# Extra arguments are passed on to `python -m sprint baseline`.
+# passes no flag, so the default of `sprint baseline` applies (written once, in
+# sprint/baseline.py; see `sprint baseline --help`).
+# Extra arguments are passed on to `sprint baseline`, e.g. the switches --overwrite (start the
+# folder afresh), --no-retry-failed, --no-cache, --no-progress, --affinity-header NAME, or
+# --max-connection-failures N (stop after N failed connections in a row).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
-fi
+source "$HERE/scripts/run_env.sh"  # SPRINT: the installed `sprint` command; is_true VAR: booleans
 
 MODEL="${MODEL:-deepseek-ai/DeepSeek-R1-Distill-Qwen-7B}"   # served model name
-SERVER_URL="${SERVER_URL:-}"                              # default: a local vLLM (see --help)
+SERVER_URL="${SERVER_URL:-}"                              # default: a local vLLM; url1,url2,...: replicas
 TEMP="${TEMP:-}"
 TOP_P="${TOP_P:-}"
 MAX_TOKENS="${MAX_TOKENS:-}"                              # budget of the one generation
@@ -30,6 +30,13 @@ TOKENIZER="${TOKENIZER:-}"
 MODEL_PATH="${MODEL_PATH:-}"
 OUT_DIR="${OUT_DIR:-outputs/baseline}"
 CACHE_DIR="${CACHE_DIR:-}"                                # response cache, empty = OUT_DIR/llm_cache (pass --no-cache for none)
+THINK="${THINK:-1}"                                       # 0/false/no/off: do not pre-fill <think> (--no-think)
+SEED="${SEED:-}"                                          # base of the per-call seeds; none: the server's choice
+TIMEOUT="${TIMEOUT:-}"                                    # seconds per model call
+MAX_RETRIES="${MAX_RETRIES:-}"                            # HTTP retries per call
+PROBLEM_RETRIES="${PROBLEM_RETRIES:-}"                    # re-runs of a problem after a transient failure
+AGENT_PROMPT="${AGENT_PROMPT:-}"                          # agent prompt file (none: no agent prompt)
+AFFINITY_HEADER="${AFFINITY_HEADER:-}"                    # header with the problem id (default X-Session-Id; none: off)
 
 args=(--model "$MODEL" --out-dir "$OUT_DIR")
 flag() {  # flag --name VALUE: pass the flag only when VALUE is set
@@ -50,5 +57,12 @@ flag --api "$API"
 flag --tokenizer "$TOKENIZER"
 flag --model-path "$MODEL_PATH"
 flag --cache-dir "$CACHE_DIR"
+flag --seed "$SEED"
+flag --timeout "$TIMEOUT"
+flag --max-retries "$MAX_RETRIES"
+flag --problem-retries "$PROBLEM_RETRIES"
+flag --agent-prompt "$AGENT_PROMPT"
+flag --affinity-header "$AFFINITY_HEADER"
+if ! is_true THINK; then args+=(--no-think); fi
 
-exec "$PYTHON" -m sprint baseline "${args[@]}" "$@"
+exec "${SPRINT[@]}" baseline "${args[@]}" "$@"

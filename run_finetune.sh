@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stage 4: fine-tune an R1-Distill model on the SPRINT trajectories with ms-swift 4.x.
-# Checks the data (python -m sprint check-sft), then runs `swift sft` with the paper's recipe from
+# Checks the data (sprint check-sft), then runs `swift sft` with the paper's recipe from
 # configs/finetune_${TUNER}.yaml: full fine-tuning, 5 epochs, per-device batch 1 (global 16),
 # bf16, DeepSpeed ZeRO-3, 5% warmup then linear decay, eval + save every 100 steps keeping the
 # best checkpoint by eval loss (OUTPUT_DIR/best). Needs .venv-swift: bash scripts/install_swift.sh
@@ -10,15 +10,14 @@
 #   TUNER=lora NPROC_PER_NODE=1 ./run_finetune.sh
 #   DRY_RUN=1 ./run_finetune.sh           # print the swift command only
 #   DRY_RUN=1 VALIDATE=1 ./run_finetune.sh  # ... and have ms-swift's own parser check it
+#   DRY_RUN=1 NNODES=2 NODE_RANK=1 MASTER_ADDR=10.0.0.1 ./run_finetune.sh  # every node's command
 # Extra arguments are passed on to `swift sft` (they win over the config), e.g. ./run_finetune.sh --seed 0
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
-fi
+source "$HERE/scripts/run_env.sh"  # SPRINT: the installed `sprint` command; is_true VAR: booleans
 
-# An empty variable passes no flag, so `python -m sprint finetune --help` shows what it defaults to
+# An empty variable passes no flag, so `sprint finetune --help` shows what it defaults to
 # (MODEL: deepseek-ai/DeepSeek-R1-Distill-Qwen-7B, TUNER: full, SWIFT_BIN: .venv-swift/bin/swift).
 MODEL="${MODEL:-}"                                         # folder or Hugging Face id
 DATA_DIR="${DATA_DIR:-outputs/finetuning_data}"            # run_finetuning_data_preparation.sh's OUT_DIR
@@ -28,6 +27,13 @@ OUTPUT_DIR="${OUTPUT_DIR:-outputs/finetune}"
 TUNER="${TUNER:-}"                                         # full (the paper) | lora
 CONFIG="${CONFIG:-}"                                       # empty: configs/finetune_${TUNER}.yaml
 NPROC_PER_NODE="${NPROC_PER_NODE:-8}"                      # this script targets the paper's 8-GPU node (the CLI: 1)
+# Several nodes: run this script on every node with the same settings and its own NODE_RANK, e.g.
+#   NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 ./run_finetune.sh   # on 10.0.0.1
+#   NNODES=2 NODE_RANK=1 MASTER_ADDR=10.0.0.1 ./run_finetune.sh   # on the other node
+NNODES="${NNODES:-}"                                       # empty: 1 (one node)
+NODE_RANK="${NODE_RANK:-}"                                 # this node's rank, 0 .. NNODES-1
+MASTER_ADDR="${MASTER_ADDR:-}"                             # node 0's address (needed when NNODES > 1)
+MASTER_PORT="${MASTER_PORT:-}"                             # empty: 29500
 # Empty values below keep the config's: LR 1e-5 (the paper; the authors' script used 1e-6, LR=1e-6
 # reproduces it; lora: 1e-4), EPOCHS 5, MAX_LENGTH 7168, DEEPSPEED zero3 (lora: zero2; "none" disables),
 # TORCH_DTYPE bfloat16, eval/save every 100 steps, MAX_STEPS unlimited.
@@ -53,8 +59,9 @@ flag --model "$MODEL"; flag --tuner "$TUNER"; flag --config "$CONFIG"; flag --lr
 flag --max-length "$MAX_LENGTH"; flag --deepspeed "$DEEPSPEED"; flag --torch-dtype "$TORCH_DTYPE"
 flag --max-steps "$MAX_STEPS"; flag --eval-steps "$EVAL_STEPS"; flag --save-steps "$SAVE_STEPS"
 flag --model-type "$MODEL_TYPE"; flag --template "$TEMPLATE"; flag --tokenizer "$TOKENIZER"; flag --swift-bin "$SWIFT_BIN"
-if [[ "$SKIP_CHECK" == "1" || "$SKIP_CHECK" == "true" ]]; then args+=(--skip-check); fi
-if [[ "$DRY_RUN" == "1" || "$DRY_RUN" == "true" ]]; then args+=(--dry-run); fi
-if [[ "$VALIDATE" == "1" || "$VALIDATE" == "true" ]]; then args+=(--validate-args); fi
+flag --nnodes "$NNODES"; flag --node-rank "$NODE_RANK"; flag --master-addr "$MASTER_ADDR"; flag --master-port "$MASTER_PORT"
+if is_true SKIP_CHECK; then args+=(--skip-check); fi
+if is_true DRY_RUN; then args+=(--dry-run); fi
+if is_true VALIDATE; then args+=(--validate-args); fi
 
-exec "$PYTHON" -m sprint.finetune "${args[@]}" -- "$@"
+exec "${SPRINT[@]}" finetune "${args[@]}" -- "$@"

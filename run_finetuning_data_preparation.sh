@@ -4,28 +4,29 @@
 # (one line per trace: kept or why dropped), summary.json and manifest.json.
 # Every variable can be overridden from the environment, e.g.
 #   DATA=outputs/dag_creation PARALLELIZATION_THRESHOLD=1.5 ./run_finetuning_data_preparation.sh
-# Extra arguments are passed on to `python -m sprint pack` (see its --help).
+# Extra arguments are passed on to `sprint pack` (see its --help), e.g. --overwrite to replace an
+# output folder written with another configuration.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
-fi
+source "$HERE/scripts/run_env.sh"  # SPRINT: the installed `sprint` command; is_true VAR: booleans
 
 DATA="${DATA:-outputs/dag_creation}"                            # stage 2's output folder (its ok records are used)
 OUT_DIR="${OUT_DIR:-outputs/finetuning_data}"
-PUSH_TO_HUB="${PUSH_TO_HUB:-false}"                             # true: also push train/test to OUTPUT_HUB_PATH
+PUSH_TO_HUB="${PUSH_TO_HUB:-false}"                             # 1/true/yes/on: also push train/test to OUTPUT_HUB_PATH
 OUTPUT_HUB_PATH="${OUTPUT_HUB_PATH:-}"                          # hub dataset repo id, e.g. me/sprint-sft
 
 args=(--input "$DATA" --out-dir "$OUT_DIR")
 # Each of these that is set passes its flag (TEST_FRAC -> --test-frac); unset ones keep the defaults
-# `python -m sprint pack --help` shows: PARALLELIZATION_THRESHOLD (drop traces with fewer executions
+# `sprint pack --help` shows: PARALLELIZATION_THRESHOLD (drop traces with fewer executions
 # per phase), MAX_PHASES (drop traces with more than MAX_PHASES-1 phases), TEST_FRAC (test split),
-# SEED (split seed), RANGE (START:END of the input records).
-for var in PARALLELIZATION_THRESHOLD MAX_PHASES TEST_FRAC SEED RANGE; do
+# SEED (split seed), RANGE (START:END of the input records), SPLIT / SUBSET (hub datasets),
+# MAX_PROMPTS_PER_PLAN, AGENT_PROMPT (the system text of every example), COMMENTS (drop: as the released
+# training data, the default; observe: comments rendered as the paper describes).
+for var in PARALLELIZATION_THRESHOLD MAX_PHASES TEST_FRAC SEED RANGE COMMENTS SPLIT SUBSET MAX_PROMPTS_PER_PLAN AGENT_PROMPT; do
   if [[ -n "${!var:-}" ]]; then args+=("--$(tr '[:upper:]_' '[:lower:]-' <<< "$var")=${!var}"); fi
 done
-if [[ "$PUSH_TO_HUB" == "true" || "$PUSH_TO_HUB" == "1" ]]; then
+if is_true PUSH_TO_HUB; then
   if [[ -z "$OUTPUT_HUB_PATH" ]]; then
     echo "error: PUSH_TO_HUB=$PUSH_TO_HUB needs OUTPUT_HUB_PATH (a hub dataset repo id)" >&2
     exit 2
@@ -33,4 +34,4 @@ if [[ "$PUSH_TO_HUB" == "true" || "$PUSH_TO_HUB" == "1" ]]; then
   args+=(--push-to-hub "$OUTPUT_HUB_PATH")
 fi
 
-exec "$PYTHON" -m sprint pack "${args[@]}" "$@"
+exec "${SPRINT[@]}" pack "${args[@]}" "$@"

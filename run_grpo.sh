@@ -22,6 +22,7 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv-rl/bin/python" ]]; then PYTHON="$HERE/.venv-rl/bin/python"
   elif [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi
+source "$HERE/scripts/run_env.sh"  # is_true VAR: booleans
 
 # An empty variable passes no flag: `python -m sprint.rl.launch --help` shows what it defaults to
 # (MODEL: deepseek-ai/DeepSeek-R1-Distill-Qwen-7B, TASK: math, SWIFT_BIN: .venv-rl/bin/swift).
@@ -60,6 +61,7 @@ flag --reference-run "$REFERENCE_RUN"; flag --reference-column "$REFERENCE_COLUM
 flag --rollout-url "$ROLLOUT_URL"; flag --rollout-devices "$ROLLOUT_DEVICES"; flag --train-devices "$TRAIN_DEVICES"
 flag --num-generations "$NUM_GENERATIONS"; flag --lr "$LR"; flag --beta "$BETA"
 flag --reward-weights "$REWARD_WEIGHTS"; flag --max-steps "$MAX_STEPS"; flag --swift-bin "$SWIFT_BIN"
-if [[ "$DRY_RUN" == "1" || "$DRY_RUN" == "true" ]]; then args+=(--dry-run); fi
+if is_true DRY_RUN; then args+=(--dry-run); fi
 
-exec "$PYTHON" -m sprint.rl.launch "${args[@]}" -- "$@"
+# -c, not -m: the current directory is dropped from the import path, so a local `sprint` folder cannot shadow the tool
+exec "$PYTHON" -c 'import sys; sys.path[:1] = [p for p in sys.path[:1] if p]; from sprint.rl.launch import main; sys.exit(main())' "${args[@]}" -- "$@"

@@ -3,15 +3,14 @@
 # every call's context and output length as recorded, then print seconds per problem and the
 # speedup. Any model of the recorded model's shape will do (random weights too, see
 # scripts/time_on_gpus.sh). Every variable can be set from the environment; one left empty passes
-# no flag, so the default of `python -m sprint time-replay` applies (written once, in
-# sprint/time_replay.py; see `python -m sprint time-replay --help`).
-# Extra arguments are passed on to `python -m sprint time-replay`.
+# no flag, so the default of `sprint time-replay` applies (written once, in
+# sprint/time_replay.py; see `sprint time-replay --help`).
+# Extra arguments are passed on to `sprint time-replay`, e.g. --prompt-mode, --agent-prompt FILE,
+# --temperature, --top-p, --timeout SECONDS, --warmup N, --resamples N (see its --help).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
-fi
+source "$HERE/scripts/run_env.sh"  # SPRINT: the installed `sprint` command; is_true VAR: booleans
 
 RUN="${RUN:-outputs/sprint}"                # recorded SPRINT run (run folder or the authors' logs)
 BASELINE="${BASELINE:-}"                    # recorded sequential baseline run (empty: none)
@@ -33,5 +32,5 @@ flag --schedule "$SCHEDULE"
 flag --concurrency "$CONCURRENCY"
 flag --limit "$LIMIT"
 
-"$PYTHON" -m sprint time-replay "${args[@]}" "$@"
-exec "$PYTHON" -m sprint fit-latency "$OUT_DIR"
+"${SPRINT[@]}" time-replay "${args[@]}" "$@"
+exec "${SPRINT[@]}" fit-latency "$OUT_DIR"

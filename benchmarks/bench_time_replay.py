@@ -8,11 +8,13 @@ problem, speedups with bootstrap CIs, TTFT share, prefix-cache hits, and the lat
 to the measured calls.
 
 Without `--server`, the tiny random Qwen2 (scripts/make_tiny_model.py) is served by .venv-vllm on
-this machine's CPU. CPU decoding is compute-bound: k sequences decoding together take about k times
-as long per step as one, so parallel executors do not finish sooner and SPRINT can only lose its
-extra prefill; the fitted batch_slowdown shows it. On a GPU decoding is memory-bound (7.3 → 7.7 ms
-per token from 1 to 8 sequences), which is where SPRINT's parallel calls pay: run
-scripts/time_on_gpus.sh there.
+this machine's CPU. There a decode step costs mostly per sequence: with the paper's sampling
+(temperature 0.6, top-p 0.95), top-p sampling over the 152k-token vocabulary costs about 12 ms per
+sequence per step (measured: 17 ms per step with 1 sequence decoding, 28 with 2, 51 with 4), so
+parallel executors hardly finish sooner and the fitted batch_slowdown is about 0.6. Greedy steps cost about
+5 ms whatever the batch (`--temperature 0` shows that case). On a GPU decoding is memory-bound
+(about 7 ms per token from 1 to 10 sequences for a 7-8B model on an H100), which is where SPRINT's
+parallel calls pay off: run scripts/time_on_gpus.sh there.
 
     SPRINT_LOCAL_DATA=../shared/data .venv/bin/python benchmarks/bench_time_replay.py [--n 4]
     ... [--server http://HOST:PORT/v1 --model NAME --tokenizer DIR]
@@ -68,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=1, help="problems in flight (default: %(default)s)")
     parser.add_argument("--temperature", type=float, default=0.6,
                         help="sampling temperature of the replayed calls (default: the paper's %(default)s; 0 = greedy, "
-                             "which on a CPU skips the top-p sort over the vocabulary, the costliest part of a step)")
+                             "which on a CPU skips top-p sampling, the costliest part of a step)")
     args = parser.parse_args(argv)
+    if not args.server and not default_python().exists():
+        print(f"skipped: no vLLM venv at {default_python()} (scripts/install_vllm.sh), and no --server given")
+        return 0
     tokenizer = args.tokenizer or str(data_root() / TOKENIZER)
     drawn = make_problems(10 * args.n, args.seed)
     problems = sorted(drawn, key=lambda p: len(p.trajectory.render_body().split()))[: args.n]

@@ -75,7 +75,7 @@ def stage1_components(item: Item, answer: str, spans: list[tuple[int, int]]) -> 
         parsed = stage1.parse_components(answer)
     except stage1.AnswerError as exc:
         raise UserError(f"{item.id}: the stage-1 answer cannot be parsed ({exc}); fix examples/demo/answers.jsonl") from None
-    errors = stage1.validate_components(parsed, len(spans))
+    errors = stage1.validate_components(parsed, len(spans), strict=True)  # hand-written: no slips at all
     uncovered = stage1.uncovered_lines(parsed, len(spans))
     if uncovered:
         errors.append(f"lines {uncovered} are not covered")

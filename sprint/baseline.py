@@ -16,9 +16,11 @@ from sprint.inference import (
     DEFAULT_URL, CallRecord, InferenceOptions, InferenceRun, RoleSampling, add_stage_command, call_seed,
     local_servers, outcome_fields, problem_fields, request,
 )
-from sprint.llm import TRANSIENT_KINDS, Completion, LLMClient, LLMError, Sampling
-from sprint.options import option
+from sprint.errors import ServerStopped
+from sprint.llm import TRANSIENT_KINDS, Completion, LLMError, Sampling
+from sprint.options import check_range, option
 from sprint.prompt_format import THINK, PromptFormat
+from sprint.replicas import ReplicaPool
 from sprint.tasks import Problem, TaskAdapter
 from sprint.trajectory import render_question
 
@@ -28,13 +30,19 @@ class BaselineConfig(InferenceOptions):
     """`sprint baseline`: one generation per problem from a sequential model."""
 
     model: str = option(help="served model name", var="MODEL")
-    server_url: str = option(DEFAULT_URL, "OpenAI-compatible base URL", var="SERVER_URL")
+    server_url: str = option(DEFAULT_URL, "OpenAI-compatible base URL, or a comma-separated list of replicas "
+                             "(each problem on one, by consistent hashing)", var="SERVER_URL")
     temperature: float = option(0.6, "sampling temperature", flags=("--temp",), var="TEMP")
     top_p: float = option(0.95, "nucleus sampling", var="TOP_P")
     max_tokens: int = option(16384, "token budget of the one generation", var="MAX_TOKENS")
     max_problem_workers: int = option(8, "problems in flight", var="MAX_PROBLEM_WORKERS")
-    think: bool = option(True, "do not pre-fill <think>\\n", flags=("--no-think",))
-    timeout: float = option(1800.0, "seconds per model call (one long generation)")
+    think: bool = option(True, "do not pre-fill <think>\\n", flags=("--no-think",), var="THINK")
+    timeout: float = option(1800.0, "seconds per model call (one long generation)", var="TIMEOUT")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(BaselineConfig, "temperature", self.temperature, low=0)
+        check_range(BaselineConfig, "top_p", self.top_p, low=0.001, high=1)
 
 
 def baseline_text(fmt: PromptFormat, record: dict) -> str:
@@ -46,7 +54,7 @@ async def baseline_problem(
     problem: Problem,
     task: TaskAdapter,
     fmt: PromptFormat,
-    client: LLMClient,
+    client: ReplicaPool,
     sampling: RoleSampling,
     seed: int | None,
     problem_retries: int,
@@ -67,16 +75,17 @@ async def baseline_problem(
     for attempt in range(1, problem_retries + 2):
         t0 = time.time()
         try:
-            done = await request(client, endpoint, payload, params)
+            done = await request(client, endpoint, payload, params, key=problem.id)
             calls.append(CallRecord("baseline", 0, None, done.prompt_tokens, done.completion_tokens, done.finish_reason,
-                                    done.start, done.end, done.cached, 1, attempt))
+                                    done.start, done.end, done.cached, 1, attempt, cached_tokens=done.cached_tokens,
+                                    server=done.server))
             failure = None
             break
         except LLMError as exc:
             failure = exc
             calls.append(CallRecord("baseline", 0, None, 0, 0, None, t0, time.time(), False, 1, attempt, False,
                                     f"{exc.kind}: {exc}"))
-            if exc.kind not in TRANSIENT_KINDS:
+            if exc.kind not in TRANSIENT_KINDS or exc.stopped:  # stopped: the circuit breaker refused it
                 break
     generation = done.text if done else ""
     predicted = task.extract(generation) if done else None
@@ -95,7 +104,7 @@ async def baseline_problem(
 
 
 async def _baseline_async(cfg: BaselineConfig, run: InferenceRun, sampling: RoleSampling, progress: bool) -> dict[str, Any]:
-    async with LLMClient(cfg.llm_config(cfg.server_url, cfg.model, cfg.max_problem_workers)) as client:
+    async with cfg.pool(cfg.server_url, cfg.model, cfg.max_problem_workers) as client:
         if run.pending():
             await client.check()
 
@@ -117,7 +126,11 @@ def baseline(
     run = InferenceRun.open(cfg, "baseline", cfg.model, think=cfg.think, overwrite=overwrite,
                             retry_failed=retry_failed)
     with run.run_dir, local_servers([(cfg.server_url, cfg.model, cfg.model_path)]):  # the lock is released however it ends
-        usage = asyncio.run(_baseline_async(cfg, run, sampling, progress))
+        try:
+            usage = asyncio.run(_baseline_async(cfg, run, sampling, progress))
+        except ServerStopped:
+            run.finish(cfg, {})  # the manifest counts what was done before the server stopped answering
+            raise
         return run.finish(cfg, usage)
 
 

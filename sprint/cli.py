@@ -1,4 +1,4 @@
-"""`sprint <command>` (or `python -m sprint`): every stage module registers its own subcommand."""
+"""`sprint <command>`: every stage module registers its own subcommand (`sprint <command> --help`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from typing import NoReturn
 
 from sprint.errors import EXIT_INTERRUPTED, EXIT_USER, SprintExit
+from sprint.options import with_variable
 from sprint.records import disk_error
 
 # name -> (module, one-line help). The module is imported only when its command is chosen, so
@@ -39,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        print(f"error: {one_line(message)}; see `{self.prog} --help`", file=sys.stderr)
+        print(f"error: {one_line(with_variable(self, message))}; see `{self.prog} --help`", file=sys.stderr)
         raise SystemExit(2)
 
 

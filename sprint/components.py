@@ -598,17 +598,28 @@ class ComponentsConfig(LLMStageConfig):
     input: str = option(help="traces: a hub id, a .jsonl/.json/.parquet file or a folder (question + thought columns)",
                         flags=("--input", "-i"), var="DATA")
     max_tokens: int = option(8192, "answer length limit (a long trace's components need room)", var="MAX_TOKENS")
-    question_col: str | None = option(None, "question column (default: detected)", flags=("--question-column",))
-    id_col: str | None = option(None, "id column (default: detected)", flags=("--id-column",))
+    question_col: str | None = option(None, "question column (default: detected)", flags=("--question-column",),
+                                      var="QUESTION_COLUMN")
+    id_col: str | None = option(None, "id column (default: detected)", flags=("--id-column",), var="ID_COLUMN")
+    # Off by default: the authors kept traces with these slips, and rejecting them loses most of a
+    # GPT-4o curation run (see WARNING_KINDS).
+    strict: bool = option(False, "also reject answers with a named warning (no plan, plan = execution, overlapping "
+                          "ranges, no description); by default they are kept and listed in each record's `warnings`",
+                          var="STRICT")
 
 
-def _uncovered_note(run: RunDir) -> list[str]:
+def _warnings_note(run: RunDir) -> list[str]:
     ok = [r for r in run.records() if r.get("status") == "ok"]
-    partial = [r for r in ok if r.get("uncovered_lines")]
-    if not partial:
+    warned = [r for r in ok if r.get("warnings")]
+    if not warned:
         return []
-    lines = sum(len(r["uncovered_lines"]) for r in partial)
-    return [f"{len(partial)} of {len(ok)} ok records leave {lines} line(s) uncovered (see uncovered_lines)"]
+    kinds = ", ".join(f"{k} {n}" for k, n in warning_counts(ok).items())
+    return [f"{len(warned)} of {len(ok)} ok records kept with warnings: {kinds} (see `warnings` in records.jsonl; "
+            "--strict rejects them)"]
+
+
+def _manifest_warnings(run: RunDir) -> dict[str, Any]:
+    return {"warnings": warning_counts(run.records())}
 
 
 COMPONENTS_STAGE = LLMStage(
@@ -617,17 +628,23 @@ COMPONENTS_STAGE = LLMStage(
     description=(
         "Stage 1 (component separation). Each trace is split into numbered sentence-level lines; an "
         "LLM returns its components (description, plan/execution/comment line ranges, prompt). "
-        "Answers are parsed and validated; every item gets one record with a status. Re-running the "
+        "Answers (JSON, or the markdown layout models often write) are parsed and validated: one that "
+        "cannot be rendered is rejected, other defects are kept as named `warnings` (--strict rejects "
+        "them too); every item gets one record with a status. Re-running the "
         "same command resumes. The API key is read from OPENAI_API_KEY."
     ),
     config_cls=ComponentsConfig,
     prompt_name=PROMPT_NAME,
     placeholders=REQUIRED_PLACEHOLDERS,
     require=("question", "thought"),
-    config_keys=("question_col", "id_col"),
+    config_keys=("question_col", "id_col", "strict"),
     base_record=empty_components_record,
     process=separate_one,
-    notes=_uncovered_note,
+    prompt_text=lambda item, template: components_prompt(
+        template, item.question, [_clean((item.thought or "")[s:e]) for s, e in line_spans(item.thought or "")]),
+    process_options=lambda cfg: {"strict": cfg.strict},
+    notes=_warnings_note,
+    manifest_extra=_manifest_warnings,
 )
 
 

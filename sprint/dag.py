@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprint.data import Item
+from sprint.data import Item, check_stage_input
 from sprint.errors import UserError
 from sprint.llm import LLMClient, Sampling
 from sprint.options import option
@@ -212,6 +212,8 @@ async def create_one(item: Item, client: LLMClient, template: str, sampling: Sam
     """One stage-1 record -> one record with its DAG; every failure becomes a status."""
     record = empty_dag_record(item)
     components = item.row.get("components") or []
+    if not item.question.strip():
+        return {**record, "status": "no_question", "error": "the record has no question (problem) text"}
     if not components:
         return {**record, "status": "no_components", "error": "the record has no components"}
     if not isinstance(components, list) or not all(isinstance(c, dict) and "number" in c for c in components):
@@ -241,12 +243,20 @@ class DagConfig(LLMStageConfig):
 
 
 def _needs_llm(item: Item) -> bool:
-    return len(item.row.get("components") or []) > 1  # a single component is answered without a call
+    # a single component is answered without a call; a record without a question is refused without one
+    return len(item.row.get("components") or []) > 1 and bool(item.question.strip())
+
+
+def _prompt_text(item: Item, template: str) -> str:
+    components = item.row.get("components")
+    ok = isinstance(components, list) and all(isinstance(c, dict) and "number" in c for c in components)
+    return dag_prompt(template, item.question, components) if ok else ""
 
 
 def _check_components(source: str, items: list[Item]) -> None:
+    check_stage_input(source, "components", "dag", "components", "--input (DATA)")
     if not any(isinstance(it.row.get("components"), list) for it in items):
-        raise UserError(f"input {source!r} has no components; pass the output folder of `python -m sprint components`")
+        raise UserError(f"input {source!r} has no components; pass the output folder of `sprint components`")
 
 
 DAG_STAGE = LLMStage(
@@ -264,6 +274,7 @@ DAG_STAGE = LLMStage(
     require=("question",),
     check_items=_check_components,
     needs_llm=_needs_llm,
+    prompt_text=_prompt_text,
     process=create_one,
     base_record=empty_dag_record,
 )

@@ -6,15 +6,25 @@ report the same clear errors.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import hashlib
 import json
+import logging
 import os
 import re
+import threading
+import urllib.error
+import urllib.request
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 from sprint.errors import UserError
+
+log = logging.getLogger(__name__)
 
 # Known hub ids -> paths under $SPRINT_LOCAL_DATA (../shared/data in tests and CI), so the same
 # scripts run on a machine without the hub. Users elsewhere just get the hub.
@@ -111,10 +121,15 @@ def iter_jsonl(path: Path) -> Iterator[dict]:
             yield row
 
 
-def load_rows(source: str, split: str | None = "train", subset: str | None = None) -> list[dict]:
-    """Rows of a hub dataset, a local .jsonl/.json/.parquet file, or a stage folder (its ok records)."""
+def load_rows(source: str, split: str | None = "train", subset: str | None = None, *,
+              flag: str | None = None) -> list[dict]:
+    """Rows of a hub dataset, a local .jsonl/.json/.parquet file, or a stage folder (its ok records).
+
+    `flag` names the option (and script variable) the source came from, for the error messages.
+    """
     if not source:
-        raise UserError("no input data given; pass a hub id, a .jsonl/.json/.parquet file or a stage folder")
+        raise UserError(f"no input data given; set {flag or 'the input'} to a hub id, a .jsonl/.json/.parquet "
+                        "file or a stage folder")
     local = resolve_local(source)
     path = local or Path(source).expanduser()
     if path.is_dir():
@@ -130,6 +145,7 @@ def load_rows(source: str, split: str | None = "train", subset: str | None = Non
                 )
             return ok
         files = sorted(path.glob("*.jsonl")) + sorted(path.glob("*.parquet")) + sorted(path.glob("*.json"))
+        files = [f for f in files if f.name != "manifest.json"]
         if split:
             files = [f for f in files if f.stem.startswith(split)] or files
         if not files:
@@ -148,22 +164,208 @@ def load_rows(source: str, split: str | None = "train", subset: str | None = Non
         if split and rows and "split" in rows[0] and any(r.get("split") == split for r in rows):
             rows = [r for r in rows if r.get("split") == split]
         return rows
-    if _looks_like_path(source):
-        raise UserError(f"input {source!r} does not exist; check the path")
+    if looks_like_path(source):
+        raise UserError(missing_path_message(source, flag))
     return _load_hub(source, split, subset)
 
 
 # Endings that name a file, never a hub dataset id ("org/name").
 FILE_ENDINGS = (".jsonl", ".json", ".parquet", ".csv", ".tsv", ".txt", ".arrow", ".gz", ".zip", ".jsonl.gz")
 
+# The folders the scripts write by default -> what writes them, so a missing one says what to run.
+PRODUCERS = {
+    "component_separation": "run_component_separation.sh (`sprint components`)",
+    "dag_creation": "run_dag_creation.sh (`sprint dag`)",
+    "finetuning_data": "run_finetuning_data_preparation.sh (`sprint pack`)",
+    "finetune": "run_finetune.sh (`sprint finetune`)",
+    "orchestration": "run_agent_orchestration.sh (`sprint orchestrate`)",
+    "baseline": "run_baseline_evaluation.sh (`sprint baseline`)",
+    "time_replay": "run_time_replay.sh (`sprint time-replay`)",
+}
 
-def _looks_like_path(source: str) -> bool:
-    return (
-        source.startswith((".", "/", "~"))
-        or source.lower().endswith(FILE_ENDINGS)
-        or source.count("/") > 1
-        or "\\" in source
-    )
+
+def looks_like_path(source: str) -> bool:
+    """Whether `source` names a local file or folder rather than a hub id (`org/name`).
+
+    A hub id has exactly one slash and no file ending; anything starting like a path, ending like
+    a file, with a backslash or several slashes, or whose first part is an existing local folder
+    (`outputs/componets`: a typo of a folder under `outputs/`) is a path, and a missing one is
+    reported as such instead of being looked up on the hub.
+    """
+    s = str(source)
+    if s.startswith(("./", "../", "/", "~", ".")) or "\\" in s or s.lower().endswith(FILE_ENDINGS):
+        return True
+    if s.count("/") != 1:
+        return s.count("/") > 1
+    first, name = s.split("/", 1)
+    # the scripts' default folders (`outputs/dag_creation` before stage 2 ran) are never hub ids
+    return (bool(first) and Path(first).expanduser().is_dir()) or first == "outputs" or name in PRODUCERS
+
+
+def missing_path_message(source: str, flag: str | None = None) -> str:
+    """One line for a path that does not exist: the near miss beside it, what writes it, what to set."""
+    path = Path(source).expanduser()
+    parent = path.parent
+    near: list[str] = []
+    if parent.is_dir():
+        try:
+            near = difflib.get_close_matches(path.name, [p.name for p in parent.iterdir()], n=1, cutoff=0.6)
+        except OSError:
+            pass
+    name = near[0] if near else path.name
+    known = PRODUCERS.get(name) or PRODUCERS.get(next(iter(difflib.get_close_matches(name, list(PRODUCERS), n=1)), ""))
+    text = f"{source!r} does not exist"
+    if near:
+        text += f" (did you mean {str(parent / near[0])!r}?)"
+    elif known:
+        text += f"; it is written by {known}: run that first"
+    if flag:
+        lead = "or " if known and not near else "check the path, or "
+        return text + f"; {lead}set {flag} to an existing file or folder"
+    return text if known and not near else text + "; check the path"
+
+
+STAGE_COMMANDS = {"components": "component_separation", "dag": "dag_creation", "pack": "finetuning_data",
+                  "orchestrate": "orchestration", "baseline": "baseline"}
+
+
+def check_stage_input(source: str, expected: str, command: str, key: str, flag: str | None = None) -> None:
+    """Refuse, before any work, an input that is not the output of stage `expected`.
+
+    A stage folder says which stage wrote it (manifest.json); a folder without one and a JSONL file
+    must hold `key` in their first row. Other sources (hub ids, parquet) are checked per row later.
+    """
+    path = resolve_local(source) or Path(source).expanduser()
+    script = PRODUCERS.get(STAGE_COMMANDS.get(expected, ""), "").split(" ")[0]
+    wants = f"`sprint {command}` reads the output folder of `sprint {expected}`" + (f" ({script})" if script else "")
+    where = f"set {flag or 'the input'} to such a folder"
+    manifest = path / "manifest.json"
+    if path.is_dir() and manifest.is_file():
+        try:
+            stage = json.loads(manifest.read_text(encoding="utf-8")).get("stage")
+        except (OSError, ValueError, AttributeError):
+            stage = None
+        if stage and stage != expected:
+            raise UserError(f"{source!r} is the output of `sprint {stage}`, not of `sprint {expected}`; {wants}; {where}")
+        if stage == expected:
+            return
+    first_file = path / "records.jsonl" if path.is_dir() else path
+    if not (first_file.is_file() and first_file.suffix.lower() == ".jsonl"):
+        return
+    first = next(iter_jsonl(first_file), None)
+    if first is not None and key not in first:
+        cols = ", ".join(sorted(first)[:12])
+        raise UserError(f"{source!r} has no {key}: its first row has no {key!r} field (it has: {cols}); {wants}; {where}")
+
+
+# --- the hub: only for ids; unreachable or offline reported in one line, at once ----------------
+
+HUB_PROBE_SECONDS = 2.0  # a reachable hub answers a TCP connect in milliseconds; 2 s keeps the error under 3 s
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+HUB_LOGGERS = ("huggingface_hub", "datasets", "fsspec", "filelock", "urllib3", "transformers")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_problem(repo_id: str | None = None, kind: str = "datasets", timeout: float = HUB_PROBE_SECONDS) -> str | None:
+    """Why the Hugging Face hub cannot give `repo_id` now (offline mode, no route, no answer, no such
+    repo, HTTP errors), as the end of a sentence; None when it can (or when no repo is asked about
+    and the hub answers at all).
+
+    One HTTP request to the hub's API (through the usual proxy variables), name lookup included,
+    bounded by `timeout`. The hub clients' own retries take 25-50 s and print a warning per attempt
+    before giving up; this says the same in one line at once.
+    """
+    for var in OFFLINE_VARS:
+        if _truthy(os.environ.get(var)):
+            return f"the Hugging Face hub cannot be used ({var}={os.environ[var]} is set: offline mode)"
+    endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    host = urlsplit(endpoint).netloc or endpoint
+    what = f"{kind[:-1]} {repo_id!r}"
+    url = f"{endpoint}/api/{kind}/{repo_id}" if repo_id else f"{endpoint}/api/{kind}?limit=1"
+    headers = {}
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    result: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout).close()
+            result.append(None)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404 and repo_id:
+                result.append(f"the Hugging Face hub has no {what} (HTTP 404 from {host}); check the id")
+            elif exc.code in (401, 403) and repo_id:
+                result.append(f"the Hugging Face hub refuses {what} (HTTP {exc.code} from {host}): it does not exist, "
+                              "or it is private or gated; check the id, or set HF_TOKEN")
+            elif exc.code >= 500:
+                result.append(f"the Hugging Face hub cannot be used (HTTP {exc.code} from {host})")
+            else:  # 429 and the like: the hub is there; its client waits and retries
+                result.append(None)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            reason = getattr(reason, "strerror", None) or reason
+            result.append(f"the Hugging Face hub cannot be used ({host}: {reason})")
+
+    worker = threading.Thread(target=probe, daemon=True)  # name lookup ignores socket timeouts; a thread bounds it
+    worker.start()
+    worker.join(timeout + 0.2)
+    if not result:
+        return f"the Hugging Face hub cannot be used ({host} did not answer within {timeout:g} s)"
+    return result[0]
+
+
+def short_reason(exc: BaseException, limit: int = 300) -> str:
+    """An exception as `Type: text` on one line, shortened at a space (never inside a URL or path)."""
+    text = " ".join(str(exc).split())
+    if len(text) > limit:
+        cut = text.rfind(" ", 0, limit)
+        text = text[: cut if cut > limit // 2 else limit] + " …"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def source_problem(name: str, flag: str | None = None) -> str | None:
+    """Why a hub client must not be given `name` (a missing local path, an unreachable hub), else None."""
+    if Path(name).expanduser().exists() or resolve_local(name) is not None:
+        return None
+    if looks_like_path(name):
+        return missing_path_message(name, flag)
+    problem = hub_problem(name, "models")
+    return None if problem is None else f"not a local path, and {problem}"
+
+
+class _ToDebug(logging.Handler):
+    """Hands a hub client's log records (retry warnings, ...) to our logger at DEBUG level."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log.debug("%s: %s", record.name, record.getMessage())
+
+
+@contextlib.contextmanager
+def quiet_hub():
+    """Keep the hub clients' retries, warnings and progress bars off the screen (debug log instead)."""
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
+    saved = []
+    handler = _ToDebug()
+    for name in HUB_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.propagate))
+        logger.handlers[:] = [handler]
+        logger.propagate = False
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+        for w in caught:
+            log.debug("warning: %s", w.message)
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers[:] = handlers
+            logger.propagate = propagate
 
 
 def _read_json(path: Path) -> list[dict]:
@@ -196,18 +398,24 @@ def _load_with_datasets(fmt: str, path: Path) -> list[dict]:
     try:
         ds = datasets.load_dataset(fmt, data_files=str(path), split="train")
     except Exception as exc:
-        raise UserError(f"{path}: cannot be read as {fmt} ({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise UserError(f"{path}: cannot be read as {fmt} ({short_reason(exc)})") from None
     return ds.to_list()
 
 
 def _load_hub(source: str, split: str | None, subset: str | None) -> list[dict]:
+    problem = hub_problem(source, "datasets")
+    if problem is not None:
+        raise UserError(f"cannot load dataset {source!r}: it is not a local file or folder, and {problem}; pass a "
+                        "local file or folder, or set SPRINT_LOCAL_DATA to a folder holding a local copy")
     import datasets  # here, not at the top: see _load_with_datasets
 
     try:
-        ds = datasets.load_dataset(source, subset, split=split or "train")
+        with quiet_hub():
+            datasets.disable_progress_bars()
+            ds = datasets.load_dataset(source, subset, split=split or "train")
     except Exception as exc:
-        hint = " (this machine may have no access to the Hugging Face hub; set SPRINT_LOCAL_DATA or pass a local file)"
-        raise UserError(f"cannot load dataset {source!r} split {split!r}: {type(exc).__name__}: {str(exc)[:200]}{hint}") from None
+        raise UserError(f"cannot load dataset {source!r} split {split!r} from the hub: {short_reason(exc)}; "
+                        "check the id (and --subset/--split), or pass a local file") from None
     return ds.to_list()
 
 
@@ -267,9 +475,14 @@ def load_items(
     question_col: str | None = None,
     id_col: str | None = None,
     require: tuple[str, ...] = ("question",),
+    flag: str | None = None,
 ) -> list[Item]:
-    """Load, slice and normalise input rows; fail early and clearly when a needed column is missing."""
-    rows = load_rows(source, split, subset)
+    """Load, slice and normalise input rows; fail early and clearly when a needed column is missing.
+
+    `flag`: the option (and script variable) the source came from, e.g. `--input (DATA)`, named
+    in the error for a missing path.
+    """
+    rows = load_rows(source, split, subset, flag=flag)
     if not rows:
         raise UserError(f"input {source!r} (split {split!r}) has no rows")
     selected = parse_range(range_spec, len(rows))

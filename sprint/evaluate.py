@@ -38,6 +38,7 @@ from sprint.runs import LoadedRun, RawProblem, attach_gold, load_gold, load_runs
 from sprint.tasks import TaskAdapter, TaskChoices, get_task
 from sprint.tokencount import load_counter, splits_at_lines
 from sprint.trajectory import TokenCounts, Trajectory, TrajectoryError, count_tokens, parse
+from sprint.view import viewer_link
 
 DEFAULT_TOKENIZER = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
 MAX_WARNINGS = 5  # malformed trajectories named on the terminal; the rest are counted
@@ -435,13 +436,13 @@ def _problem_result(prob: RawProblem, pred: str | None, ok: bool, tc: TokenCount
                           forced_final=prob.forced_final, predicted=pred, reported_tokens=prob.reported_tokens)
     if isinstance(tc, TokenCounts) and got is not None:
         traj = got.traj
-        res.sequential, res.total = tc.sequential, tc.total
+        res.sequential, res.sequential_decoded, res.total = tc.sequential, tc.sequential_decoded, tc.total
         res.planner, res.executor = tc.planner, tc.executor
         res.phases, res.prompts = len(traj.phases), traj.prompt_count
         res.prompts_per_phase = [len(ph.prompts) for ph in traj.phases]
         res.malformed = got.malformed
-    elif tc is not None:
-        res.sequential = res.total = int(tc)
+    elif tc is not None:  # a sequential model: every definition is its output length
+        res.sequential = res.sequential_decoded = res.total = int(tc)
     return res
 
 
@@ -475,7 +476,8 @@ def _run_entry(rr: RunResult, reference: dict[str, float] | None) -> dict:
         row["baseline_tokens"] = base_tokens  # the pairing reference (mean over baseline seeds)
         row["bucket"] = M.bucket_of(base_tokens)
         rows.append(row)
-    return {"label": rr.label, "path": rr.path, "mode": rr.mode, "summary": rr.summary, "problems": rows}
+    return {"label": rr.label, "path": rr.path, "mode": rr.mode, "summary": rr.summary, "problems": rows,
+            "prefix_cache": (rr.manifest or {}).get("prefix_cache") or None}  # the run's hit ratios (its manifest)
 
 
 def _metrics(task: str, planner: str, executor: str, gold_source: str | None, stats: dict,
@@ -509,7 +511,7 @@ def _write_outputs(
 
     They are written into `into` (the temporary folder `run_evaluation` swaps into place as OUT)."""
     folder = into if into is not None else out
-    files = write_report(metrics, folder, plots=cfg.plots)
+    files = write_report(metrics, folder, plots=cfg.plots, viewer=viewer_link(out, cfg.runs))
     run_paths, base_paths = _as_paths(cfg.runs), _as_paths(cfg.baseline)
     config = {
         "runs": [str(p) for p in run_paths], "baseline": [str(p) for p in base_paths], "task": cfg.task,

@@ -1,4 +1,4 @@
-"""Fine-tuning with ms-swift: `python -m sprint finetune`, also `python -m sprint.finetune` (run_finetune.sh).
+"""Fine-tuning with ms-swift: `sprint finetune` (what run_finetune.sh runs), also `python -m sprint.finetune`.
 
 ms-swift lives in its own environment (.venv-swift; it pins transformers<5.20 and datasets<4.8.5),
 so this module never imports it: it builds the `swift sft` command line from a recipe in
@@ -15,6 +15,7 @@ run script passes 1e-6; we default to the paper's 1e-5 (LR=1e-6 reproduces the s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -104,6 +105,14 @@ class FinetuneOptions:
     tuner: str = option("full", "full (the paper) or lora", choices=TUNERS, var="TUNER")
     config: str | None = option(None, "recipe YAML (default configs/finetune_<tuner>.yaml)", type=_optional(str), var="CONFIG")
     nproc_per_node: int = option(1, "GPUs on this node (ms-swift runs torchrun)", var="NPROC_PER_NODE")
+    # Multi-node: run the same command on every node with its own NODE_RANK; ms-swift hands these to
+    # torchrun (its launcher reads NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT from the environment).
+    nnodes: int = option(1, "nodes in the training job (torchrun --nnodes)", var="NNODES")
+    node_rank: int = option(0, "this node's rank, 0 .. NNODES-1; node 0 hosts the rendezvous", var="NODE_RANK")
+    master_addr: str | None = option(None, "address of node 0, reachable from every node (needed when NNODES > 1)",
+                                     type=_optional(str), var="MASTER_ADDR")
+    master_port: int = option(29500, "free TCP port on node 0 for the rendezvous (torchrun's default)",
+                              var="MASTER_PORT")
     learning_rate: float | None = option(
         None, "learning rate (default: the config's, 1e-5 full as in the paper; the authors' script used 1e-6)",
         flags=("--lr",), type=_optional(float), var="LR")
@@ -155,6 +164,14 @@ def resolve_swift_args(options: FinetuneOptions, recipe: Recipe) -> dict[str, An
         raise UserError(f"TUNER must be one of {TUNERS}, got {options.tuner!r}")
     if options.nproc_per_node < 1:
         raise UserError(f"NPROC_PER_NODE must be at least 1, got {options.nproc_per_node}")
+    if options.nnodes < 1:
+        raise UserError(f"NNODES must be at least 1, got {options.nnodes}")
+    if not 0 <= options.node_rank < options.nnodes:
+        raise UserError(f"NODE_RANK must be in 0..{options.nnodes - 1} (NNODES={options.nnodes}), got {options.node_rank}")
+    if options.nnodes > 1 and not options.master_addr:
+        raise UserError("NNODES > 1 needs MASTER_ADDR, the address of node 0 that every node can reach")
+    if not 0 < options.master_port < 65536:
+        raise UserError(f"MASTER_PORT must be a TCP port (1-65535), got {options.master_port}")
     args: dict[str, Any] = {"model": options.model, "dataset": [options.train_data]}
     if options.val_data:
         # ms-swift evaluates only when it has a validation set (or splits one off); without it
@@ -186,7 +203,8 @@ def resolve_swift_args(options: FinetuneOptions, recipe: Recipe) -> dict[str, An
         for key in ("eval_strategy", "eval_steps", "load_best_model_at_end", "metric_for_best_model"):
             args.pop(key, None)
     per_device = int(args.get("per_device_train_batch_size", 1))
-    args["gradient_accumulation_steps"] = max(1, math.ceil(recipe.global_batch_size / (options.nproc_per_node * per_device)))
+    gpus = options.nproc_per_node * options.nnodes
+    args["gradient_accumulation_steps"] = max(1, math.ceil(recipe.global_batch_size / (gpus * per_device)))
     args["output_dir"] = options.output_dir
     return args
 
@@ -221,9 +239,17 @@ def build_command(options: FinetuneOptions, swift_bin: str | Path | None = None)
     env: dict[str, str] = {}
     # ms-swift launches torchrun when NPROC_PER_NODE is set. DeepSpeed needs the distributed
     # environment torchrun sets up even on one GPU, so set it then too.
-    if options.nproc_per_node > 1 or "deepspeed" in args:
+    if options.nproc_per_node > 1 or options.nnodes > 1 or "deepspeed" in args:
         env["NPROC_PER_NODE"] = str(options.nproc_per_node)
+    if options.nnodes > 1:
+        env.update({"NNODES": str(options.nnodes), "NODE_RANK": str(options.node_rank),
+                    "MASTER_ADDR": str(options.master_addr), "MASTER_PORT": str(options.master_port)})
     return SwiftCommand(argv, env)
+
+
+def node_commands(options: FinetuneOptions, swift_bin: str | Path | None = None) -> list[SwiftCommand]:
+    """The command of every node of the job (they differ only in NODE_RANK)."""
+    return [build_command(dataclasses.replace(options, node_rank=rank), swift_bin) for rank in range(options.nnodes)]
 
 
 # Runs inside ms-swift's Python (.venv-swift), never in this one; reads {"level", "argvs"} as JSON
@@ -301,7 +327,8 @@ def parse_with_swift(commands: list[SwiftCommand], level: str = "parser", timeou
     if not python.exists():
         raise UserError(f"ms-swift's Python {python} is missing; run scripts/install_swift.sh or set SWIFT_BIN")
     env = command_env(commands[0])
-    env.pop("NPROC_PER_NODE", None)  # parse in one process; torchrun is not involved in parsing
+    for key in TORCHRUN_VARS:  # parse in one process; torchrun is not involved in parsing
+        env.pop(key, None)
     request = json.dumps({"level": level, "argvs": [c.argv[2:] for c in commands]})  # drop "swift sft"
     result = subprocess.run([str(python), "-c", _ARGCHECK], input=request, capture_output=True, text=True,
                             env=env, timeout=timeout)
@@ -336,7 +363,14 @@ def run_finetune(
     dry_run prints the command and stops (after ms-swift has parsed it, with validate).
     """
     command = build_command(options, swift_bin)
-    print(command.shell(), flush=True)
+    if dry_run and options.nnodes > 1:
+        for rank, other in enumerate(node_commands(options, swift_bin)):
+            mark = " (this node)" if rank == options.node_rank else ""
+            print(f"# node {rank} of {options.nnodes}{mark}:\n{other.shell()}", flush=True)
+        torchrun = " ".join(f"--{k.lower()} {command.env[k]}" for k in TORCHRUN_VARS)
+        print(f"# ms-swift starts on this node: torchrun {torchrun} .../swift/cli/sft.py ...", flush=True)
+    else:
+        print(command.shell(), flush=True)
     swift = Path(command.argv[0])
     if (validate or not dry_run) and not swift.exists():
         raise UserError(f"ms-swift not found at {swift}; run scripts/install_swift.sh (or set SWIFT_BIN / SWIFT_VENV)")
@@ -352,10 +386,13 @@ def run_finetune(
     return subprocess.run(command.argv, env=command_env(command)).returncode
 
 
+TORCHRUN_VARS = ("NPROC_PER_NODE", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
 def command_env(command: SwiftCommand) -> dict[str, str]:
-    """This process's environment with the command's variables; an inherited NPROC_PER_NODE
-    (run_finetune.sh's variable, often exported) must not switch ms-swift to torchrun on its own."""
-    env = {k: v for k, v in os.environ.items() if k != "NPROC_PER_NODE"}
+    """This process's environment with the command's variables; an inherited NPROC_PER_NODE or NNODES
+    (run_finetune.sh's variables, often exported) must not switch ms-swift to torchrun on its own."""
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}
     env.update(command.env)
     return env
 

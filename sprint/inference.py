@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from sprint.data import safe_id
-from sprint.errors import UserError
-from sprint.llm import TRANSIENT_KINDS, Completion, LLMClient, LLMConfig, OnText, Sampling
+from sprint.errors import UserError, failed_items_exit
+from sprint.llm import DEFAULT_MAX_CONNECTION_FAILURES, TRANSIENT_KINDS, Completion, LLMConfig, OnText, Sampling
 from sprint.options import HelpFormatter, add_options, check_range, config_from, optional_int, option
 from sprint.prompt_format import APIS, PROMPT_MODES, PromptFormat, build_prompt_format, load_agent_prompt
 from sprint.records import RunDir, atomic_write
+from sprint.replicas import AFFINITY_HEADER, ReplicaPool, split_urls
 from sprint.serve import ensure_server, is_local
 from sprint.stage import Tally, crash_record, resolve_cache_dir, run_items
 from sprint.tasks import Problem, TaskAdapter, get_task, load_problems, task_names
@@ -70,17 +71,25 @@ class InferenceOptions:
                       choices=APIS, var="API")
     tokenizer: str | None = option(None, "tokenizer for the chat template (default: --model-path, else the model name)",
                                    var="TOKENIZER")
-    agent_prompt: str | None = option(None, "agent prompt file (default: prompts/agent.txt; 'none' for no agent prompt)")
-    seed: int | None = option(0, "base of the per-call seeds ('none': the server's choice)", type=optional_int)
-    problem_retries: int = option(1, "re-runs of a problem after a transient LLM failure")
+    agent_prompt: str | None = option(None, "agent prompt file (default: prompts/agent.txt; 'none' for no agent prompt)",
+                                      var="AGENT_PROMPT")
+    seed: int | None = option(0, "base of the per-call seeds ('none': the server's choice)", type=optional_int,
+                              var="SEED")
+    problem_retries: int = option(1, "re-runs of a problem after a transient LLM failure", var="PROBLEM_RETRIES")
     timeout: float = option(help="seconds per model call")
-    max_retries: int = option(3, "HTTP retries per call on transient errors")
+    max_retries: int = option(3, "HTTP retries per call on transient errors", var="MAX_RETRIES")
+    max_connection_failures: int = option(
+        DEFAULT_MAX_CONNECTION_FAILURES, "stop the run (exit 4) after this many failed connections in a row to a "
+        "server (0: never); the same command continues it", var="MAX_CONNECTION_FAILURES")
     cache_dir: str | None = option(None, "on-disk response cache (default: OUT_DIR/llm_cache); calls answered before "
                                    "a crash are not paid again on resume. Sampled answers are replayed: change --seed "
                                    "for new samples", var="CACHE_DIR")
     use_cache: bool = option(True, "do not read or write the response cache", flags=("--no-cache",))
     model_path: str | None = option(None, "local checkpoint: start vLLM on the local URL when nothing answers",
                                     var="MODEL_PATH")
+    affinity_header: str = option(AFFINITY_HEADER, "header carrying the problem id on every request, so a router "
+                                  "in front of several servers keeps a problem on one ('none': no header)",
+                                  var="AFFINITY_HEADER")
 
     def __post_init__(self) -> None:
         if self.task not in task_names():
@@ -89,14 +98,22 @@ class InferenceOptions:
         check_range(cls, "max_problem_workers", self.max_problem_workers, low=1)
         check_range(cls, "problem_retries", self.problem_retries, low=0)
         check_range(cls, "max_retries", self.max_retries, low=0)
+        check_range(cls, "max_connection_failures", self.max_connection_failures, low=0)
         check_range(cls, "timeout", self.timeout, low=0.001)  # 0 s would fail every call
+        check_range(cls, "max_tokens", self.max_tokens, low=1)
 
     def cache_path(self) -> Path | None:
         return resolve_cache_dir(Path(self.out_dir), self.cache_dir, self.use_cache)
 
     def llm_config(self, url: str, model: str, concurrency: int) -> LLMConfig:
         return LLMConfig(url, model, max_concurrency=concurrency, timeout=self.timeout, max_retries=self.max_retries,
-                         cache_dir=self.cache_path())
+                         cache_dir=self.cache_path(), max_connection_failures=self.max_connection_failures)
+
+    def pool(self, urls: str, model: str, concurrency: int) -> ReplicaPool:
+        """The clients of one role: one per URL of the comma-separated list, a problem's calls on one."""
+        header = None if self.affinity_header.strip().lower() in ("", "none") else self.affinity_header.strip()
+        return ReplicaPool(self.llm_config(split_urls(urls)[0], model, concurrency), split_urls(urls),
+                           affinity_header=header)
 
     def identity(self) -> dict[str, Any]:
         """Config for RunDir (the manifest's `config`; its non-volatile keys are the run's identity).
@@ -144,7 +161,10 @@ def add_stage_command(
         cfg = config_from(cls, args)
         summary = entry(cfg, overwrite=args.overwrite, retry_failed=args.retry_failed, progress=args.progress)
         print_summary(summary, cfg.out_dir)
-        return 0
+        # exit 3 when problems failed (sprint.errors): the count by kind, and the command that retries them
+        return failed_items_exit(summary.get("failed_kinds") or {}, summary.get("retryable", 0), what="problems",
+                                 argv=getattr(args, "argv", None),
+                                 retry_hint="a re-run keeps them; --overwrite starts the run afresh")
 
     parser = subparsers.add_parser(name, help=help, description=description, formatter_class=HelpFormatter)
     shared = [f.name for f in fields(InferenceOptions)]
@@ -182,6 +202,8 @@ class CallRecord:
     run: int = 1  # problem-level attempt
     kept: bool = True  # False: failed, cancelled, a plan redrawn for length, or an execution thrown away (stream)
     error: str | None = None
+    cached_tokens: int | None = None  # prompt tokens the server had in its prefix cache (when it says)
+    server: str | None = None  # the replica that answered (None: on-disk cache hit or failed call)
 
 
 def call_seed(seed: int | None, *parts: object) -> int | None:
@@ -193,12 +215,33 @@ def call_seed(seed: int | None, *parts: object) -> int | None:
 
 
 async def request(
-    client: LLMClient, endpoint: str, payload: Any, sampling: Sampling, on_text: OnText | None = None
+    client: ReplicaPool | Any, endpoint: str, payload: Any, sampling: Sampling, on_text: OnText | None = None, *,
+    key: str = "", body: dict[str, Any] | None = None,
 ) -> Completion:
-    """One call on the endpoint the prompt format chose."""
-    if endpoint == "completions":
-        return await client.complete(payload, sampling, on_text)
-    return await client.chat(payload, sampling, on_text)
+    """One call on the endpoint the prompt format chose, on the replica that owns `key` (the problem id).
+
+    Any other client with `complete`/`chat` (e.g. the RL rollout's engine client) is called as is."""
+    if isinstance(client, ReplicaPool):
+        return await client.call(endpoint, payload, sampling, on_text, key=key, body=body)
+    send = client.complete if endpoint == "completions" else client.chat
+    return await send(payload, sampling, on_text)
+
+
+def prefix_cache_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Prefix-cache hit ratio per role: cached / prompt tokens over the calls whose server reported
+    `cached_tokens` (vLLM with --enable-prompt-tokens-details); None where no call reported it."""
+    out: dict[str, Any] = {}
+    for record in records:
+        for call in record.get("calls") or ():
+            if not isinstance(call.get("cached_tokens"), int):
+                continue
+            role = out.setdefault(call.get("role") or "?", {"calls": 0, "prompt_tokens": 0, "cached_tokens": 0})
+            role["calls"] += 1
+            role["prompt_tokens"] += int(call.get("prompt_tokens") or 0)
+            role["cached_tokens"] += call["cached_tokens"]
+    for role in out.values():
+        role["hit_ratio"] = round(role["cached_tokens"] / role["prompt_tokens"], 4) if role["prompt_tokens"] else None
+    return out
 
 
 def outcome_fields(calls: list[CallRecord], attempts: int, started: float, failure: BaseException | None) -> dict[str, Any]:
@@ -211,7 +254,9 @@ def outcome_fields(calls: list[CallRecord], attempts: int, started: float, failu
 
 
 def is_transient(exc: BaseException) -> bool:
-    return getattr(exc, "kind", None) in TRANSIENT_KINDS
+    """Worth another try now: a transient failure, unless the circuit breaker refused the call (the
+    server stopped answering; a retry would fail at once and count as an attempt never made)."""
+    return getattr(exc, "kind", None) in TRANSIENT_KINDS and not getattr(exc, "stopped", False)
 
 
 def failure_fields(exc: BaseException) -> dict[str, Any]:
@@ -233,6 +278,17 @@ def crashed(problem: Problem, task: TaskAdapter, exc: BaseException, text: dict[
         "prompt_tokens": 0, "completion_tokens": 0, "calls": [], "attempts": 0, "error_kind": None,
     }
     return crash_record(base, exc)
+
+
+def no_question(problem: Problem, task: TaskAdapter, text: dict[str, Any]) -> dict[str, Any]:
+    """The record of a row without question text: refused before any call, for good (as every stage does)."""
+    now = time.time()
+    return {
+        **problem_fields(problem, task), "predicted": None, "correct": None, **text,
+        "prompt_tokens": 0, "completion_tokens": 0, "calls": [], "attempts": 0, "start": now, "end": now,
+        "status": "no_question", "error": "the row has no question text (check the data's question column)",
+        "error_kind": None, "retryable": False,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,11 +345,22 @@ def summarize_run(records: list[dict]) -> dict[str, Any]:
         "accuracy_answered": round(correct / answered, 4) if answered else None,
         "no_answer": sum(1 for r in ok if r.get("predicted") is None),
         "completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in records),
+        "failed_kinds": _failed_kinds(records),  # failed problems by error kind (the exit code's message)
+        "retryable": sum(1 for r in records if r.get("status") != "ok" and r.get("retryable")),
     }
     if ok and "num_phases" in ok[0]:
         out["mean_phases"] = round(sum(r["num_phases"] for r in ok) / len(ok), 3)
         out["mean_prompts"] = round(sum(r["num_prompts"] for r in ok) / len(ok), 3)
         out["forced_final"] = sum(1 for r in ok if r.get("forced_final"))
+    return out
+
+
+def _failed_kinds(records: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in records:
+        if r.get("status") != "ok":
+            kind = r.get("error_kind") or r.get("status") or "error"
+            out[kind] = out.get(kind, 0) + 1
     return out
 
 
@@ -353,6 +420,8 @@ class InferenceRun:
 
         async def process(problem: Problem) -> dict[str, Any]:
             started[problem.id] = time.time()
+            if not problem.question.strip():  # never sent: an empty prompt costs a call and answers nothing
+                return keep_text(no_question(problem, self.task, crash_text(problem)))
             return keep_text(await solve(problem))
 
         def on_crash(problem: Problem, exc: BaseException) -> dict[str, Any]:
@@ -365,13 +434,15 @@ class InferenceRun:
     def finish(self, cfg: InferenceOptions, usage: dict[str, Any]) -> dict[str, Any]:
         """Write the manifest (inputs, prompt, usage, summary) and return the summary."""
         done = self.run_dir.done
-        summary = summarize_run([done[p.id] for p in self.problems if p.id in done])
+        records = [done[p.id] for p in self.problems if p.id in done]
+        summary = summarize_run(records)
         self.run_dir.write_manifest(
             inputs=inputs_of(cfg, self.task, self.problems),
             prompts={"agent": self.agent_prompt},
             usage=usage,
             extra={"summary": summary, "model_path": cfg.model_path,
-                   "tokenizer_used": self.tokenizer if self.fmt.template else None},
+                   "tokenizer_used": self.tokenizer if self.fmt.template else None,
+                   "prefix_cache": prefix_cache_stats(records)},
         )
         return summary
 
@@ -395,9 +466,10 @@ def local_servers(targets: list[tuple[str, str, str | None]]) -> Iterator[None]:
     """Start vLLM for local URLs where nothing answers and a model path is known; stop it after."""
     with contextlib.ExitStack() as stack:
         seen: set[tuple[str, str]] = set()
-        for url, model, model_path in targets:
-            if (url, model) in seen or not model_path or not is_local(url):
-                continue
-            seen.add((url, model))
-            stack.enter_context(ensure_server(url, model, model_path))
+        for urls, model, model_path in targets:
+            for url in split_urls(urls):
+                if (url, model) in seen or not model_path or not is_local(url):
+                    continue
+                seen.add((url, model))
+                stack.enter_context(ensure_server(url, model, model_path))
         yield

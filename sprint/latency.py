@@ -13,25 +13,33 @@ The replay server (`sprint.replay_server`) applies the model to live requests, w
 `critical_path` gives the lowest wall-clock one problem can reach under a schedule when it has
 the GPU to itself.
 
-Default parameters: a 7B model in bf16 served by vLLM on one H100, rough figures meant for
-comparing schedules, not for predicting a particular deployment.
+Default parameters: a 7-8B model in bf16 served by vLLM on one H100, from a published
+measurement where there is one, meant for comparing schedules; `sprint fit-latency` fits them to
+your own hardware from `sprint time-replay` measurements (`replay-server --latency-from FILE`).
 
-- Decode at batch 1 is bound by reading ~15 GB of weights per step from 3.35 TB/s HBM (4.5 ms
-  in theory); vLLM reaches roughly 100 tokens/s per stream, hence `s_per_token = 0.010`.
-- Larger batches reuse the weights but read more KV cache: at 64 sequences of a few thousand
-  tokens the KV reads are about as large as the weights, so a step takes ~1.6× longer:
-  `batch_slowdown = 0.01` (10 ms at 1 → 16 ms at 64).
-- Prefill is compute-bound: ~14 GFLOP per prompt token at a few hundred TFLOP/s gives ~15-20k
-  prompt tokens/s, hence `ttft_per_prompt_token_s = 6e-5`; `ttft_base_s = 0.025` covers
-  scheduling, HTTP and the first step. vLLM's prefix cache makes repeated prefixes (an executor
-  shares the planner's) nearly free; lower `ttft_per_prompt_token_s` to model it.
+- Decode: Lambda Labs' vLLM benchmark of Llama-3-8B-Instruct, bf16, one H100 SXM, 10 requests
+  sent at once (github.com/LambdaLabsML/vllm-benchmark,
+  results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json) streams 10
+  tokens per 70.3-71.4 ms once the longest request decodes alone, and per 73-75 ms while the
+  ten decode together: `s_per_token = 0.0071`, `batch_slowdown = 0.006` (7.1 ms at 1 → 7.5 ms
+  at 10). Longer contexts read more KV cache per step (this 7B's is 57 KB per token, so 4k
+  tokens of context cost ~1.5% of the weights' 15 GB), so long SPRINT contexts slow a batch more.
+- Prefill: the same run's time to first token is 62 ms for all ten prompts (4-399 tokens, 1,369
+  in all, prefilled together). Prefill is compute-bound, ~15 GFLOP per prompt token, about 33k
+  tokens/s at half the H100's dense bf16 peak: `ttft_per_prompt_token_s = 3e-5`, with
+  `ttft_base_s = 0.025` for scheduling, HTTP and the first step (25 + 41 ms + one 7 ms step for
+  those 1,369 tokens, against 62 ms measured). vLLM's prefix cache makes repeated prefixes (an
+  executor shares the planner's) nearly free; lower `ttft_per_prompt_token_s` to model it.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from sprint.errors import UserError
 from sprint.trajectory import Counter, Trajectory, render_question
 
 SCHEDULES = ("barrier", "stream")
@@ -42,9 +50,9 @@ class LatencyModel:
     """Seconds for a generation; see the module docstring for the defaults (H100, 7B, bf16)."""
 
     ttft_base_s: float = 0.025
-    ttft_per_prompt_token_s: float = 6e-5
-    s_per_token: float = 0.010
-    batch_slowdown: float = 0.01
+    ttft_per_prompt_token_s: float = 3e-5
+    s_per_token: float = 0.0071
+    batch_slowdown: float = 0.006
     capacity: int | None = None  # max sequences served at once; None = unlimited
 
     def __post_init__(self) -> None:
@@ -65,6 +73,22 @@ class LatencyModel:
     def sequential_time(self, n_tokens: int, prompt_tokens: int = 0) -> float:
         """One generation alone on the GPU: prefill, then `n_tokens` decode steps."""
         return self.prefill(prompt_tokens) + n_tokens * self.step(1)
+
+
+def load_latency_model(path: str | Path) -> LatencyModel:
+    """The model in `sprint fit-latency`'s latency.json (or a JSON object of LatencyModel's fields)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read the latency model {path} ({exc}); pass fit-latency's latency.json") from None
+    fields = data.get("latency_model", data) if isinstance(data, dict) else None
+    if not isinstance(fields, dict):
+        raise UserError(f"{path} holds no latency model; pass fit-latency's latency.json")
+    known = {k: v for k, v in fields.items() if k in LatencyModel.__dataclass_fields__}
+    try:
+        return LatencyModel(**known)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"bad latency model in {path}: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -319,7 +318,7 @@ def _command(args: argparse.Namespace) -> int:
     out = Path(cfg.out) if cfg.out else (Path(cfg.timing) if Path(cfg.timing).is_dir() else Path(cfg.timing).parent) / "latency.json"
     atomic_write(out, json.dumps(fit.as_dict(), indent=1) + "\n")
     print(fit_text(fit))
-    print(f"wrote {out}; simulate this hardware with `python -m sprint replay-server … --latency-from {out}`")
+    print(f"wrote {out}; simulate this hardware with `sprint replay-server … --latency-from {out}`")
     return 0
 
 
@@ -331,22 +330,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("timing", metavar="TIMING_DIR", help="time-replay output folder (or its timing.json)")
     add_options(p, FitConfig)
     p.set_defaults(func=_command)
-
-
-def model_from_file(path: str | Path) -> LatencyModel:
-    """A LatencyModel from fit-latency's latency.json (or a plain JSON object of its fields)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"cannot read the latency model {path} ({exc}); pass fit-latency's latency.json") from None
-    fields = data.get("latency_model", data) if isinstance(data, dict) else None
-    if not isinstance(fields, dict):
-        raise UserError(f"{path} holds no latency model object")
-    known = {k: v for k, v in fields.items() if k in LatencyModel.__dataclass_fields__}
-    try:
-        model = LatencyModel(**known)
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"bad latency model in {path}: {exc}") from None
-    if not all(math.isfinite(float(getattr(model, k))) for k in ("ttft_base_s", "ttft_per_prompt_token_s", "s_per_token")):
-        raise UserError(f"bad latency model in {path}: non-finite values")
-    return model

@@ -27,6 +27,7 @@ from typing import Any
 import openai
 
 from sprint.errors import UserError
+from sprint.ratelimit import Charge, RateLimiter
 from sprint.records import atomic_write
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ MAX_STOP = 4  # vLLM >= 0.32 answers HTTP 400 to more stop strings
 BACKOFF_CAP = 30.0  # seconds; the longest we sleep between attempts without a Retry-After
 RETRY_AFTER_CAP = 120.0  # seconds; a server asking for longer is treated as asking for this
 CHECK_TIMEOUT = 10.0  # seconds for GET /models in check()
+MAX_BUDGET_WAITS = 30  # 429s per request that use no retry when a --tpm/--rpm budget is set
 
 ERROR_KINDS = frozenset({"timeout", "server_error", "rate_limit", "bad_request", "auth", "not_found", "connection", "empty"})
 TRANSIENT_KINDS = frozenset({"timeout", "server_error", "rate_limit", "connection", "empty"})
@@ -128,6 +130,10 @@ class Completion:
     start: float  # time.time() when the first attempt got a concurrency slot / after the last one
     end: float
     attempts: int  # HTTP attempts made (0 for a cache hit)
+    # prompt tokens the server found in its prefix cache (vLLM: usage.prompt_tokens_details.cached_tokens,
+    # with --enable-prompt-tokens-details); None when it does not say, and for on-disk cache hits
+    cached_tokens: int | None = None
+    server: str | None = None  # the base URL that answered (None for an on-disk cache hit)
 
 
 class LLMError(Exception):
@@ -155,8 +161,15 @@ class LLMConfig:
     # circuit breaker: after this many failed connections in a row (any call), every call fails at once
     # and the run stops starting items; a dead server then ends a run in seconds, not after every retry
     max_connection_failures: int = DEFAULT_MAX_CONNECTION_FAILURES
+    # budgets per minute (sprint.ratelimit); None: unlimited (429s are still retried per request)
+    tpm: int | None = None
+    rpm: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("tpm", "rpm"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise UserError(f"--{name} must be a positive whole number (or left out for no limit), got {value!r}")
         if self.max_concurrency < 1:
             raise UserError(f"max concurrency must be at least 1, got {self.max_concurrency}")
         if self.timeout <= 0:
@@ -181,9 +194,13 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     errors: dict[str, int] = field(default_factory=dict)  # failed attempts by kind
+    rate_limiter: dict[str, Any] | None = None  # what the --tpm/--rpm limiter did (sprint.ratelimit)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if out["rate_limiter"] is None:  # only runs with a budget have one
+            del out["rate_limiter"]
+        return out
 
 
 def cache_key(kind: str, model: str, payload: Any, sampling: Sampling) -> str:
@@ -287,6 +304,8 @@ class LLMClient:
         self._rng = random.Random()
         self._failed_connections = 0  # in a row, over every call of this client
         self.stopped: str | None = None  # set when the circuit breaker trips: why
+        self.limiter = (RateLimiter(config.tpm, config.rpm, config.max_concurrency)
+                        if config.tpm or config.rpm else None)
 
     def __repr__(self) -> str:  # keep the key out of reprs
         return f"LLMClient(base_url={self.config.base_url!r}, model={self.config.model!r})"
@@ -322,13 +341,18 @@ class LLMClient:
 
     # --- public calls ---------------------------------------------------------------------
 
-    async def complete(self, prompt: str, sampling: Sampling, on_text: OnText | None = None) -> Completion:
-        """POST /v1/completions with a raw prompt."""
-        return await self._call("completions", prompt, sampling, on_text)
+    # `headers` (e.g. a router's affinity header) and `body` (e.g. vLLM's `priority`) ride along with
+    # the request but do not change the answer, so they are not part of the cache key.
 
-    async def chat(self, messages: list[dict], sampling: Sampling, on_text: OnText | None = None) -> Completion:
+    async def complete(self, prompt: str, sampling: Sampling, on_text: OnText | None = None, *,
+                       headers: dict[str, str] | None = None, body: dict[str, Any] | None = None) -> Completion:
+        """POST /v1/completions with a raw prompt."""
+        return await self._call("completions", prompt, sampling, on_text, headers, body)
+
+    async def chat(self, messages: list[dict], sampling: Sampling, on_text: OnText | None = None, *,
+                   headers: dict[str, str] | None = None, body: dict[str, Any] | None = None) -> Completion:
         """POST /v1/chat/completions."""
-        return await self._call("chat", messages, sampling, on_text)
+        return await self._call("chat", messages, sampling, on_text, headers, body)
 
     async def check(self) -> list[str]:
         """Served model ids; UserError when the server is unreachable, refuses us, or lacks the model."""
@@ -339,7 +363,7 @@ class LLMClient:
             served = [m.id for m in page.data]
         except (openai.APIConnectionError, asyncio.TimeoutError):
             raise UserError(
-                f"no server answers at {url}; start one with `python -m sprint serve MODEL_DIR` "
+                f"no server answers at {url}; start one with `sprint serve MODEL_DIR` "
                 f"(or `vllm serve MODEL`), or pass the right base URL"
             ) from None
         except openai.APIStatusError as exc:
@@ -362,7 +386,8 @@ class LLMClient:
 
     # --- the retry loop -------------------------------------------------------------------
 
-    async def _call(self, kind: str, payload: Any, sampling: Sampling, on_text: OnText | None) -> Completion:
+    async def _call(self, kind: str, payload: Any, sampling: Sampling, on_text: OnText | None,
+                    headers: dict[str, str] | None = None, body: dict[str, Any] | None = None) -> Completion:
         if not isinstance(sampling, Sampling):
             raise TypeError("sampling must be a sprint.llm.Sampling")
         self.usage.calls += 1
@@ -375,26 +400,34 @@ class LLMClient:
             return hit
 
         client, semaphore = self._ensure()
-        attempts = 0
+        attempts = budget_waits = 0
         start: float | None = None
         while True:
             attempts += 1
             self._refuse_if_stopped(attempts - 1)
             async with semaphore:
+                charge = await self.limiter.acquire(payload, sampling.max_tokens) if self.limiter else None
                 if start is None:
                     start = time.time()
+                result: tuple[str, str | None, str | None, int, int] | None = None
+                failure: _Attempt | None = None
                 try:
                     result = await asyncio.wait_for(
-                        self._attempt(client, kind, payload, sampling, on_text), timeout=self.config.timeout
+                        self._attempt(client, kind, payload, sampling, on_text, headers, body),
+                        timeout=self.config.timeout,
                     )
-                    failure = None
                 except Exception as exc:  # classified below; anything unexpected propagates
                     failure = _classify(exc)
+                finally:
+                    if charge is not None:
+                        self._settle(charge, result, failure)
             self._count_connection(failure)
             if failure is None:
                 break
             self.usage.errors[failure.kind] = self.usage.errors.get(failure.kind, 0) + 1
-            if failure.kind not in TRANSIENT_KINDS or attempts > self.config.max_retries:
+            if self.limiter is not None and failure.kind == "rate_limit" and budget_waits < MAX_BUDGET_WAITS:
+                budget_waits += 1  # within a budget a 429 means "wait", not "broken": it uses no retry
+            if failure.kind not in TRANSIENT_KINDS or attempts - budget_waits > self.config.max_retries:
                 self.usage.failures += 1
                 plural = "attempt" if attempts == 1 else "attempts"
                 message = f"{failure.what} from {self.config.base_url} after {attempts} {plural}"
@@ -408,7 +441,7 @@ class LLMClient:
             await asyncio.sleep(delay)
             self._refuse_if_stopped(attempts)
 
-        text, finish, stop_reason, prompt_tokens, completion_tokens = result
+        text, finish, stop_reason, prompt_tokens, completion_tokens, cached_tokens = result
         self.usage.prompt_tokens += prompt_tokens
         self.usage.completion_tokens += completion_tokens
         done = Completion(
@@ -421,9 +454,22 @@ class LLMClient:
             start=start,
             end=time.time(),
             attempts=attempts,
+            cached_tokens=cached_tokens,
+            server=self.config.base_url,
         )
         self._cache_put(key, kind, done)
         return done
+
+    def _settle(self, charge: Charge, result: tuple | None, failure: _Attempt | None) -> None:
+        """Tell the rate limiter how a request ended (its usage, a 429, or another failure)."""
+        assert self.limiter is not None
+        if result is not None:
+            self.limiter.settle(charge, result[3], result[4])
+        elif failure is not None and failure.kind == "rate_limit":
+            self.limiter.refused(charge, failure.retry_after)
+        else:
+            self.limiter.failed(charge)
+        self.usage.rate_limiter = self.limiter.stats()
 
     def _count_connection(self, failure: _Attempt | None) -> None:
         """The circuit breaker: count failed connections in a row; any answer from the server resets it."""
@@ -459,11 +505,15 @@ class LLMClient:
         return text
 
     async def _attempt(
-        self, client: openai.AsyncOpenAI, kind: str, payload: Any, sampling: Sampling, on_text: OnText | None
-    ) -> tuple[str, str | None, str | None, int, int]:
-        """One HTTP request; returns (text, finish_reason, stop_reason, prompt_tokens, completion_tokens)."""
+        self, client: openai.AsyncOpenAI, kind: str, payload: Any, sampling: Sampling, on_text: OnText | None,
+        headers: dict[str, str] | None = None, body: dict[str, Any] | None = None,
+    ) -> tuple[str, str | None, str | None, int, int, int | None]:
+        """One HTTP request; returns (text, finish_reason, stop_reason, prompt_tokens, completion_tokens,
+        cached_tokens)."""
         params = sampling.body()
-        extra_body = dict(sampling.extra) or None
+        extra_body = {**dict(sampling.extra), **(body or {})} or None
+        if headers:
+            params["extra_headers"] = headers
         if kind == "completions":
             create = client.completions.create
             params["prompt"] = payload
@@ -487,7 +537,11 @@ class LLMClient:
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         if not text and finish == "length" and completion_tokens == 0:
             raise _Attempt("empty", "empty completion", "no text, finish_reason length, 0 tokens")
-        return text, finish, stop_reason if isinstance(stop_reason, str) else None, prompt_tokens, completion_tokens
+        details = getattr(usage, "prompt_tokens_details", None)
+        cached = getattr(details, "cached_tokens", None) if details is not None else None
+        cached_tokens = int(cached) if isinstance(cached, int) else None
+        stop = stop_reason if isinstance(stop_reason, str) else None
+        return text, finish, stop, prompt_tokens, completion_tokens, cached_tokens
 
     async def _stream(
         self, create: Any, kind: str, params: dict[str, Any], extra_body: dict | None, on_text: OnText
@@ -526,6 +580,18 @@ class LLMClient:
         return text, finish, stop_reason, usage
 
     # --- cache ----------------------------------------------------------------------------
+
+    def cached(self, kind: str, payload: Any, sampling: Sampling) -> Completion | None:
+        """The cached answer to this request, if any (batch mode reads what it put there)."""
+        return self._cache_get(cache_key(kind, self.config.model, payload, sampling))
+
+    def store(self, kind: str, payload: Any, sampling: Sampling, done: Completion) -> None:
+        """Cache an answer obtained another way (a batch's output), as if this client had received it."""
+        self._cache_put(cache_key(kind, self.config.model, payload, sampling), kind, done)
+
+    def api(self) -> openai.AsyncOpenAI:
+        """The underlying `openai` client (batch mode uses its files and batches endpoints)."""
+        return self._ensure()[0]
 
     def _cache_path(self, key: str) -> Path | None:
         if self.config.cache_dir is None:

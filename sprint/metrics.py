@@ -36,8 +36,9 @@ class ProblemResult:
     status: str = "ok"
     forced_final: bool = False
     predicted: str | None = None
-    sequential: int | None = None
-    total: int | None = None
+    sequential: int | None = None  # tags excluded (the paper's); definitions: trajectory.count_tokens
+    sequential_decoded: int | None = None  # the same critical path, tags included
+    total: int | None = None  # every generated token, tags included
     planner: int | None = None
     executor: int | None = None
     phases: int | None = None
@@ -213,6 +214,7 @@ def summarize_results(
         "counted": len(counted),
         "mean_sequential": mean_or_none(r.sequential for r in counted),
         "median_sequential": median_or_none(r.sequential for r in counted),
+        "mean_sequential_decoded": mean_or_none(r.sequential_decoded for r in counted),
         "mean_total": mean_or_none(r.total for r in counted),
         "mean_planner": mean_or_none(r.planner for r in counted),
         "mean_executor": mean_or_none(r.executor for r in counted),
@@ -236,6 +238,7 @@ class Pair:
     sprint_tokens: float | None
     baseline_tokens: float | None
     bucket: str | None
+    sprint_tokens_decoded: float | None = None  # sequential tokens as decoded (tags included)
 
 
 def baseline_reference(baselines: Sequence[Sequence[ProblemResult]]) -> dict[str, float]:
@@ -268,7 +271,8 @@ def pair(
         bt = reference.get(s.id) if reference is not None else b.sequential
         bt = None if bt is None else float(bt)
         pairs.append(Pair(s.id, s.correct, b.correct, None if s.sequential is None else float(s.sequential), bt,
-                          bucket_of(bt, edges)))
+                          bucket_of(bt, edges),
+                          None if s.sequential_decoded is None else float(s.sequential_decoded)))
     return pairs
 
 
@@ -292,11 +296,15 @@ def _token_block(pairs: Sequence[Pair], resamples: int, seed: int, confidence: f
     s = np.array([p.sprint_tokens for p in with_tokens], dtype=float)
     b = np.array([p.baseline_tokens for p in with_tokens], dtype=float)
     ci = bootstrap_ci(_reduction_rows, [s, b], resamples=resamples, seed=seed, confidence=confidence)
+    decoded = [p.sprint_tokens_decoded for p in with_tokens if p.sprint_tokens_decoded is not None]
+    d = np.array(decoded, dtype=float) if len(decoded) == len(with_tokens) else np.array([], dtype=float)
     return {
         "problems": len(pairs),
         "with_tokens": len(with_tokens),
         "mean_baseline_tokens": float(b.mean()) if len(b) else None,
         "mean_sprint_sequential": float(s.mean()) if len(s) else None,
+        "mean_sprint_sequential_decoded": float(d.mean()) if len(d) else None,
+        "reduction_decoded": reduction(d, b) if len(d) else None,  # tags counted on both sides
         "reduction": reduction(s, b),
         "reduction_ci": list(ci) if ci else None,
         "sprint_accuracy": float(np.mean([p.sprint_correct for p in pairs])) if pairs else None,
@@ -335,7 +343,7 @@ def compare(
 
 SUMMARY_KEYS = (
     "accuracy", "accuracy_answered", "no_answer", "failed", "missing_text", "forced_final", "malformed",
-    "mean_sequential", "median_sequential", "mean_total", "mean_planner", "mean_executor",
+    "mean_sequential", "median_sequential", "mean_sequential_decoded", "mean_total", "mean_planner", "mean_executor",
     "mean_phases", "mean_prompts", "mean_prompts_per_phase",
 )
 
@@ -362,5 +370,7 @@ def aggregate_comparisons(comparisons: Sequence[Mapping]) -> dict:
             "reduction": spread([c["buckets"][i]["reduction"] for c in comparisons]).as_dict(),
             "mean_baseline_tokens": spread([c["buckets"][i]["mean_baseline_tokens"] for c in comparisons]).as_dict(),
             "mean_sprint_sequential": spread([c["buckets"][i]["mean_sprint_sequential"] for c in comparisons]).as_dict(),
+            "mean_sprint_sequential_decoded": spread([c["buckets"][i].get("mean_sprint_sequential_decoded")
+                                                      for c in comparisons]).as_dict(),
         })
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import types
 import typing
 from typing import Any, Callable, Sequence
@@ -114,7 +115,20 @@ def add_options(parser: argparse.ArgumentParser, cls: type, skip: Sequence[str] 
             kwargs.pop("dest")
             kwargs.pop("required", None)
             flags = (field.name,)
-        parser.add_argument(*flags, **kwargs)
+        action = parser.add_argument(*flags, **kwargs)
+        action.script_var = meta.get("var")  # type: ignore[attr-defined]  # named in usage errors
+
+
+def with_variable(parser: argparse.ArgumentParser, message: str) -> str:
+    """A usage error (`argument --lr: invalid float value: 'abc'`) that also names the script variable
+    feeding the flag (`argument --lr (LR): …`), so a user of run_*.sh knows which line to fix."""
+    m = re.match(r"argument ([^:]+):", message)
+    if not m:
+        return message
+    action = next((parser._option_string_actions.get(f) for f in m.group(1).split("/")
+                   if f in parser._option_string_actions), None)
+    var = getattr(action, "script_var", None)
+    return message if not var else f"argument {m.group(1)} ({var}):{message[m.end():]}"
 
 
 def config_from(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:

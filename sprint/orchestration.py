@@ -37,19 +37,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from sprint.errors import UserError
+from sprint.errors import ServerStopped, UserError
 from sprint.inference import (
     DEFAULT_URL, CallRecord, InferenceOptions, InferenceRun, RoleSampling, add_stage_command, call_seed,
     is_transient, local_servers, outcome_fields, problem_fields, request,
 )
-from sprint.llm import TRANSIENT_KINDS, Completion, LLMClient, LLMError, OnText, Sampling
+from sprint.llm import TRANSIENT_KINDS, Completion, LLMError, OnText, Sampling
 from sprint.options import check_range, option
 from sprint.prompt_format import EXECUTOR_STOPS, FINAL_OPEN, FINAL_STOPS, PLANNER_STOPS, PromptFormat
+from sprint.replicas import ReplicaPool
 from sprint.schedule import Dispatch, check_schedule, make_dispatch, schedule_names
 from sprint.tasks import Problem, TaskAdapter
 from sprint.trajectory import Execution, Phase, Prompt, Trajectory, normalize_plan
@@ -74,6 +76,7 @@ class LoopSettings:
     problem_retries: int
     seed: int | None  # per-call seeds derive from it; None: let the server choose
     schedule: str  # when a phase's executors start (sprint.schedule)
+    priority: bool = False  # send vLLM's per-request `priority` (call_priority)
 
     def __post_init__(self) -> None:
         if self.max_phases < 1:
@@ -88,11 +91,13 @@ class OrchestrationConfig(InferenceOptions):
     """Everything `sprint orchestrate` takes; stored as the run's manifest config."""
 
     planner_model: str = option(help="served model name of the planner", var="PLANNER_MODEL")
-    planner_server_url: str = option(DEFAULT_URL, "OpenAI-compatible base URL of the planner",
+    planner_server_url: str = option(DEFAULT_URL, "OpenAI-compatible base URL of the planner; a comma-separated "
+                                     "list of replicas: each problem's calls go to one (consistent hashing)",
                                      flags=("--planner-url", "--planner-server-url"), var="PLANNER_SERVER_URL")
     executor_model: str | None = option(None, "served model name of the executors (default: the planner model)",
                                         var="EXECUTOR_MODEL")
-    executor_server_url: str | None = option(None, "base URL of the executors (default: the planner URL)",
+    executor_server_url: str | None = option(None, "base URL(s) of the executors, comma-separated (default: the "
+                                             "planner's)",
                                              flags=("--executor-url", "--executor-server-url"),
                                              var="EXECUTOR_SERVER_URL")
     planner_temperature: float = option(0.6, "planner sampling temperature", flags=("--planner-temp",),
@@ -105,21 +110,29 @@ class OrchestrationConfig(InferenceOptions):
     executor_temperature: float = option(0.6, "executor sampling temperature", flags=("--executor-temp",),
                                          var="EXECUTOR_TEMP")
     executor_top_p: float = option(0.95, "executor nucleus sampling", var="EXECUTOR_TOP_P")
-    executor_retries: int = option(3, "tries of an executor call on transient failures")
+    executor_retries: int = option(3, "tries of an executor call on transient failures", var="EXECUTOR_RETRIES")
     max_tokens: int = option(4096, "token budget of each executor call and of the final answer", var="MAX_TOKENS")
     max_phases: int = option(12, "phase at which the final answer is forced", var="MAX_PHASES")
     max_problem_workers: int = option(5, "problems in flight", var="MAX_PROBLEM_WORKERS")
     max_execution_workers: int = option(5, "executor calls in flight, over all problems", var="MAX_EXECUTION_WORKERS")
     schedule: str = option(schedule_names()[0], "barrier: executors start when the plan is complete (the authors' "
                            "code); stream: each starts as soon as its </prompt_p.k> is written, seeing the plan up "
-                           "to there", choices=schedule_names())
-    timeout: float = option(600.0, "seconds per model call")
+                           "to there", choices=schedule_names(), var="SCHEDULE")
+    timeout: float = option(600.0, "seconds per model call", var="TIMEOUT")
+    priority: bool = option(False, "send vLLM's per-request priority (servers started with --scheduling-policy "
+                            "priority): planner calls first, then the executors of the oldest problems",
+                            var="PRIORITY")
 
     def __post_init__(self) -> None:
         self.executor_model = self.executor_model or self.planner_model
         self.executor_server_url = self.executor_server_url or self.planner_server_url
         super().__post_init__()
         check_range(OrchestrationConfig, "max_execution_workers", self.max_execution_workers, low=1)
+        for name, low in (("max_phases", 1), ("planner_max_tokens", 1), ("executor_retries", 1),
+                          ("planner_length_retries", 0), ("planner_temperature", 0), ("executor_temperature", 0)):
+            check_range(OrchestrationConfig, name, getattr(self, name), low=low)
+        for name in ("planner_top_p", "executor_top_p"):
+            check_range(OrchestrationConfig, name, getattr(self, name), low=0.001, high=1)
         check_schedule(self.schedule)
 
     def settings(self) -> LoopSettings:
@@ -133,11 +146,20 @@ class OrchestrationConfig(InferenceOptions):
             problem_retries=self.problem_retries,
             seed=self.seed,
             schedule=self.schedule,
+            priority=self.priority,
         )
 
 
 # ---------------------------------------------------------------------------------------------
 # One problem
+
+
+def call_priority(rank: int, role: str) -> int:
+    """vLLM's `priority` of a call (lower is served earlier). Planner calls first: each is alone on
+    its problem's critical path and holds up all of the next phase. Then executors by their
+    problem's start order (`rank`), the oldest first, so under load the problems begun earliest
+    finish first instead of all together at the end (benchmarks/bench_priority.py)."""
+    return 0 if role == "planner" else 1 + rank
 
 
 class StepFailed(Exception):
@@ -147,6 +169,7 @@ class StepFailed(Exception):
         times = "once" if tries == 1 else f"{tries} times"
         super().__init__(f"{what} failed {times}: {error.kind}: {error}")
         self.kind = error.kind
+        self.stopped = error.stopped  # refused by the circuit breaker: no retry of the problem
 
 
 @dataclass
@@ -163,11 +186,13 @@ class ProblemRun:
         self,
         problem: Problem,
         fmt: PromptFormat,
-        planner: LLMClient,
-        executor: LLMClient,
+        planner: ReplicaPool,
+        executor: ReplicaPool,
         settings: LoopSettings,
         executor_slots: asyncio.Semaphore,
+        rank: int = 0,
     ) -> None:
+        self.rank = rank  # the order this problem started in (call_priority)
         self.problem = problem
         self.fmt = fmt
         self.planner = planner
@@ -202,9 +227,10 @@ class ProblemRun:
             seed=call_seed(self.settings.seed, self.problem.id, role, phase, prompt, draw),
             extra=extra,
         )
+        body = {"priority": call_priority(self.rank, role)} if self.settings.priority else None
         started = time.time()
         try:
-            done = await request(client, endpoint, payload, params, on_text)
+            done = await request(client, endpoint, payload, params, on_text, key=self.problem.id, body=body)
         except (LLMError, asyncio.CancelledError) as exc:
             error = f"{exc.kind}: {exc}" if isinstance(exc, LLMError) else "cancelled"
             record = CallRecord(role, phase, prompt, 0, 0, None, started, time.time(), False, draw, self.run_number,
@@ -216,6 +242,7 @@ class ProblemRun:
         record = CallRecord(
             role, phase, prompt, done.prompt_tokens, done.completion_tokens, done.finish_reason,
             done.start, done.end, done.cached, draw, self.run_number,
+            cached_tokens=done.cached_tokens, server=done.server,
         )
         self.calls.append(record)
         if sink is not None:
@@ -265,7 +292,7 @@ class ProblemRun:
                     )
                     return Execution(prompt.name, done.text.strip())
                 except LLMError as exc:
-                    if exc.kind not in TRANSIENT_KINDS or draw == tries:
+                    if exc.kind not in TRANSIENT_KINDS or exc.stopped or draw == tries:
                         raise StepFailed(f"executor {prompt.name}", exc, draw) from None
         raise AssertionError("unreachable")
 
@@ -304,13 +331,14 @@ async def solve_problem(
     problem: Problem,
     task: TaskAdapter,
     fmt: PromptFormat,
-    planner: LLMClient,
-    executor: LLMClient,
+    planner: ReplicaPool,
+    executor: ReplicaPool,
     settings: LoopSettings,
     executor_slots: asyncio.Semaphore,
+    rank: int = 0,
 ) -> dict[str, Any]:
     """Run the loop for one problem (with problem-level retries) and build its record."""
-    runner = ProblemRun(problem, fmt, planner, executor, settings, executor_slots)
+    runner = ProblemRun(problem, fmt, planner, executor, settings, executor_slots, rank)
     started = time.time()
     outcome: ProblemOutcome | None = None
     failure: BaseException | None = None
@@ -349,16 +377,17 @@ async def solve_problem(
 
 async def _orchestrate_async(cfg: OrchestrationConfig, run: InferenceRun, progress: bool) -> dict[str, Any]:
     settings = cfg.settings()
-    planner_cfg = cfg.llm_config(cfg.planner_server_url, cfg.planner_model, cfg.max_problem_workers)
-    executor_cfg = cfg.llm_config(str(cfg.executor_server_url), str(cfg.executor_model), cfg.max_execution_workers)
-    async with LLMClient(planner_cfg) as planner, LLMClient(executor_cfg) as executor:
+    planner_pool = cfg.pool(cfg.planner_server_url, cfg.planner_model, cfg.max_problem_workers)
+    executor_pool = cfg.pool(str(cfg.executor_server_url), str(cfg.executor_model), cfg.max_execution_workers)
+    async with planner_pool as planner, executor_pool as executor:
         if run.pending():
             await planner.check()
             await executor.check()
         slots = asyncio.Semaphore(cfg.max_execution_workers)
+        ranks = itertools.count()  # problems in the order they start (call_priority)
 
         def solve(problem: Problem) -> Any:
-            return solve_problem(problem, run.task, run.fmt, planner, executor, settings, slots)
+            return solve_problem(problem, run.task, run.fmt, planner, executor, settings, slots, next(ranks))
 
         def crash_text(problem: Problem) -> dict[str, Any]:
             return {"trajectory": Trajectory(problem.question).render(), "num_phases": 0, "num_prompts": 0,
@@ -366,6 +395,8 @@ async def _orchestrate_async(cfg: OrchestrationConfig, run: InferenceRun, progre
 
         await run.solve_all(solve, cfg.max_problem_workers, progress, lambda record: record["trajectory"], crash_text)
         planner_usage, executor_usage = planner.usage.as_dict(), executor.usage.as_dict()
+        if len(planner.replicas) > 1 or len(executor.replicas) > 1:
+            planner_usage["routing"], executor_usage["routing"] = planner.stats(), executor.stats()
     return {
         "planner": planner_usage,
         "executor": executor_usage,
@@ -383,7 +414,11 @@ def orchestrate(
     if cfg.executor_model == cfg.planner_model:
         targets.append((str(cfg.executor_server_url), str(cfg.executor_model), cfg.model_path))
     with run.run_dir, local_servers(targets):  # the folder's lock is released however the run ends
-        usage = asyncio.run(_orchestrate_async(cfg, run, progress))
+        try:
+            usage = asyncio.run(_orchestrate_async(cfg, run, progress))
+        except ServerStopped:
+            run.finish(cfg, {})  # the manifest counts what was done before the server stopped answering
+            raise
         return run.finish(cfg, usage)
 
 

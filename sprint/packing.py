@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from sprint.data import QUESTION_COLUMNS, Item, fingerprint, iter_jsonl, load_items, parse_range, resolve_local, to_item
+from sprint.data import (QUESTION_COLUMNS, Item, check_stage_input, fingerprint, iter_jsonl, load_items, parse_range,
+                         resolve_local, to_item)
 from sprint.errors import UserError, failed_items_exit
-from sprint.options import add_command, config_from, option
+from sprint.options import add_command, config_from, flag_name, option
 from sprint.prompt_format import sft_user_content
 from sprint.records import RunDir, atomic_write, text_hash, write_jsonl
 from sprint.trajectory import TAG_RE, Execution, Phase, Trajectory, render_prompt, render_question
@@ -63,6 +64,7 @@ F_COMMENT_TEXT = "comment_text"
 F_EXECUTION_RANGE = "execution"  # [start, end] line numbers or None
 F_SOLUTION = "solution"
 F_STATUS = "status"
+F_WARNINGS = "warnings"  # stage 1's kept defects, counted per kind in the summary
 
 # ------------------------------------------------------------------------------------------
 # Rules and defaults.
@@ -334,6 +336,7 @@ class PackResult:
     ratio: float | None = None
     max_prompts_in_plan: int | None = None
     body: str | None = None         # trajectory.render_body(), rendered once
+    warnings: list[str] = field(default_factory=list)  # stage 1's warning kinds for this trace
 
     def record(self) -> dict[str, Any]:
         return {
@@ -345,6 +348,7 @@ class PackResult:
             "prompts": self.prompts,
             "ratio": None if self.ratio is None else round(self.ratio, 4),
             "max_prompts_in_plan": self.max_prompts_in_plan,
+            "warnings": self.warnings,
             "trajectory": render_question(self.trajectory.question) + "\n\n" + self.body if self.trajectory else None,
         }
 
@@ -367,6 +371,20 @@ def pack_record(item_id: str, question: str, row: dict[str, Any], settings: Pack
     status = row.get(F_STATUS)
     if status not in (None, "ok"):
         return PackResult(item_id, "dropped", "upstream_failed", f"input record has status {status!r}")
+    res = _pack_checked(item_id, question, row, s)
+    res.warnings = _warning_kinds(row.get(F_WARNINGS))
+    return res
+
+
+def _warning_kinds(raw: Any) -> list[str]:
+    """The kinds of stage 1's `warnings` (a list of {kind, component, message}); anything else: none."""
+    if not isinstance(raw, list):
+        return []
+    return [str(w["kind"]) for w in raw if isinstance(w, dict) and w.get("kind")]
+
+
+def _pack_checked(item_id: str, question: str, row: dict[str, Any], s: PackSettings) -> PackResult:
+    """`pack_record` for a record whose upstream stages succeeded."""
     if not question.strip():
         return PackResult(item_id, "dropped", "no_question", "record has no question")
     try:
@@ -445,12 +463,18 @@ def _summary(results: list[PackResult], n_train: int, n_test: int) -> dict[str, 
     def mean(xs: list[float]) -> float | None:
         return round(sum(xs) / len(xs), 3) if xs else None
 
+    def by_kind(rs: list[PackResult]) -> dict[str, int]:
+        counts = Counter(k for r in rs for k in r.warnings)
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
     return {
         "input": len(results),
         "kept": len(kept),
         "train": n_train,
         "test": n_test,
         "dropped": dict(sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "warnings": by_kind(results),  # stage 1's warnings of the input traces, per kind
+        "kept_warnings": by_kind(kept),
         "kept_mean_phases": mean([r.phases for r in kept]),
         "kept_mean_prompts": mean([r.prompts for r in kept]),
         "kept_mean_ratio": mean([r.ratio for r in kept]),
@@ -466,6 +490,14 @@ def format_summary(summary: dict[str, Any]) -> str:
     if summary["kept"]:
         lines.append(f"  kept: mean phases {summary['kept_mean_phases']}, mean prompts {summary['kept_mean_prompts']}, "
                      f"mean prompts/phase {summary['kept_mean_ratio']}")
+    if summary.get("kept_warnings"):
+        kinds = ", ".join(f"{k} {n}" for k, n in summary["kept_warnings"].items())
+        lines.append(f"  kept traces carry stage-1 warnings: {kinds} (see `warnings` in the input records)")
+    if summary.get("comments"):
+        lines.append(f"  comments: {summary['comments']}")
+    if summary["kept"] and not summary["test"] and summary.get("test_frac"):
+        lines.append(f"  warning: the test set is empty ({summary['kept']} kept trace{'s' if summary['kept'] != 1 else ''}; "
+                     "a split needs at least 2)")
     return "\n".join(lines)
 
 
@@ -509,20 +541,26 @@ class PackConfig:
                        flags=("--input", "-i", "--data"), metavar="SOURCE", var="DATA")
     out_dir: str = option(help="output folder (train/test/records/summary/manifest)", flags=("--out-dir", "-o"),
                           var="OUT_DIR")
-    split: str | None = option("train", "dataset split (hub datasets, files with a split column)")
-    subset: str | None = option(None, "dataset configuration name (hub datasets)")
+    split: str | None = option("train", "dataset split (hub datasets, files with a split column)", var="SPLIT")
+    subset: str | None = option(None, "dataset configuration name (hub datasets)", var="SUBSET")
     max_phases: int = option(DEFAULT_MAX_PHASES, "traces with more than MAX_PHASES-1 phases are dropped", var="MAX_PHASES")
     parallelization_threshold: float = option(DEFAULT_THRESHOLD, "drop traces whose executions/phases is below this",
                                               var="PARALLELIZATION_THRESHOLD")
-    max_prompts_per_plan: int = option(MAX_PROMPTS_PER_PLAN, "drop traces with a plan holding more prompts than this")
+    max_prompts_per_plan: int = option(MAX_PROMPTS_PER_PLAN, "drop traces with a plan holding more prompts than this",
+                                       var="MAX_PROMPTS_PER_PLAN")
     test_frac: float = option(DEFAULT_TEST_FRAC, "test split fraction (a 90/10 split)", var="TEST_FRAC")
     seed: int = option(DEFAULT_SEED, "split seed", var="SEED")
-    agent_prompt: str = option(str(DEFAULT_AGENT_PROMPT), "agent prompt template (the system text of every example)")
+    agent_prompt: str = option(str(DEFAULT_AGENT_PROMPT), "agent prompt template (the system text of every example)",
+                               var="AGENT_PROMPT")
     range_spec: str | None = option(None, "rows to pack, e.g. 0:100 (default: all)", flags=("--range",),
                                     metavar="START:END", var="RANGE")
     push_to_hub: str | None = option(None, "also push train/test to this hub dataset repo", metavar="REPO",
                                      var="OUTPUT_HUB_PATH")
     overwrite: bool = option(False, "replace an output folder written with another configuration")
+    comments: str = option(DEFAULT_COMMENTS,
+                           "drop: no comments, as in the authors' released training data (their parser never "
+                           "captured one); observe: `Observation about execution_x.y:` lines and plan-only "
+                           "comments, as the paper describes", choices=COMMENT_MODES, var="COMMENTS")
 
 
 def pack(input: str, out_dir: str | Path, **settings: Any) -> dict[str, Any]:
@@ -560,6 +598,7 @@ def pack_with(cfg: PackConfig) -> dict[str, Any]:
         "agent_prompt": str(prompt_path),
         "agent_prompt_hash": text_hash(agent_prompt),
         "merge_span": MERGE_SPAN,
+        "comments": cfg.comments,
     }
     with RunDir(Path(cfg.out_dir), "pack", config, overwrite=cfg.overwrite) as run:
         return _pack_into(run, cfg, source, agent_prompt, started)
@@ -575,11 +614,11 @@ class PackInput:
         self.cfg, self.path, self.stage, self.selected = cfg, path, stage, selected
         self.loaded: list | None = None  # the items, when loaded whole
         self.rows = self.eligible = self.items = self.with_question = 0
-        self.statuses: set[str] = set()
         self.columns: list[str] = []
 
     @classmethod
     def open(cls, cfg: PackConfig) -> PackInput:
+        check_stage_input(cfg.data, "dag", "pack", F_DAG, flag_name(PackConfig, "data"))
         path = resolve_local(cfg.data) or Path(cfg.data).expanduser()
         stage = path.is_dir() and (path / "records.jsonl").is_file()
         file = path / "records.jsonl" if stage else path
@@ -590,7 +629,9 @@ class PackInput:
             streamable = first is not None and "split" not in first  # a split column filters the rows: load whole
         if not streamable:
             inp = cls(cfg, None, False, None)
-            inp.loaded = load_items(cfg.data, split=cfg.split, subset=cfg.subset, range_spec=cfg.range_spec)
+            # a stage folder through its records.jsonl: its failed records too (`upstream_failed`)
+            inp.loaded = load_items(str(file) if stage else cfg.data, split=cfg.split, subset=cfg.subset, range_spec=cfg.range_spec,
+                                    flag=flag_name(PackConfig, "data"))
             inp.items = len(inp.loaded)
             return inp
         return cls(cfg, file, stage, parse_range(cfg.range_spec, sys.maxsize))
@@ -605,9 +646,7 @@ class PackInput:
             self.rows += 1
             if not self.columns:
                 self.columns = sorted(row)
-            if self.stage and row.get("status", "ok") != "ok":
-                self.statuses.add(str(row.get("status")))
-                continue
+            # a stage folder's failed records are read too: packing counts them (`upstream_failed`)
             index = self.eligible
             self.eligible += 1
             if index < self.selected.start:
@@ -630,10 +669,6 @@ class PackInput:
         if self.loaded is not None:
             return
         source = self.cfg.data
-        if self.stage and self.rows and not self.eligible:
-            raise UserError(f"{self.path} holds {self.rows} records but none with status ok (statuses: "
-                            f"{', '.join(sorted(self.statuses))}); re-run the stage that wrote {self.path.parent} "
-                            "(see the errors in its records)")
         if not self.eligible:
             raise UserError(f"input {source!r} (split {self.cfg.split!r}) has no rows")
         if not self.items:
@@ -662,7 +697,7 @@ def _pack_into(run: RunDir, cfg: PackConfig, source: PackInput, agent_prompt: st
     record's split), train.jsonl and test.jsonl, line by line, without parsing them again; each
     appears whole at the end (written as NAME.tmp, then renamed).
     """
-    settings = PackSettings(cfg.max_phases, cfg.parallelization_threshold, cfg.max_prompts_per_plan)
+    settings = PackSettings(cfg.max_phases, cfg.parallelization_threshold, cfg.max_prompts_per_plan, cfg.comments)
     results: list[PackResult] = []  # without their trajectories: the summary's numbers only
     record_ids: list[str] = []
     kept_ids: list[str] = []
@@ -689,6 +724,7 @@ def _pack_into(run: RunDir, cfg: PackConfig, source: PackInput, agent_prompt: st
             part.unlink(missing_ok=True)
     run.done = {r.id: {"status": r.status} for r in results}  # what the manifest counts
     summary = _summary(results, n_train, n_test)
+    summary.update(comments=cfg.comments, test_frac=cfg.test_frac)
     summary["seconds"] = round(time.monotonic() - started, 2)
     atomic_write(run.path / "summary.json", json.dumps(summary, indent=2) + "\n")
     pushed = None

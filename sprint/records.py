@@ -37,7 +37,7 @@ from sprint.errors import UserError
 VOLATILE_KEYS = frozenset(
     {"range", "num_workers", "max_problem_workers", "max_execution_workers", "timeout", "overwrite",
      "retry_failed", "progress", "cache_dir", "out_dir", "server_url", "planner_server_url",
-     "executor_server_url", "max_retries", "max_connection_failures"}
+     "executor_server_url", "max_retries", "max_connection_failures", "affinity_header", "priority"}
 )
 
 # USD per 1M tokens (input, output), for the cost estimate of paid APIs. Local servers cost 0.
@@ -380,7 +380,7 @@ class RunDir:
         if not self.manifest_path.exists():
             return
         if not self._has_records():
-            self.clear()
+            self.clear(cache=False)  # answers already paid for stay usable
             return
         try:
             old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
@@ -401,13 +401,14 @@ class RunDir:
             what = "a run with a different configuration (differs in: " + ", ".join(keys) + ")"
         raise UserError(f"{self.path} already holds {what}; use another output folder or pass --overwrite")
 
-    def clear(self) -> None:
-        """Remove the previous run's outputs (`OUTPUT_NAMES` and temp files), nothing else.
+    def clear(self, *, cache: bool = True) -> None:
+        """Remove the previous run's outputs (`OUTPUT_NAMES` and temp files; the cache when `cache`), nothing else.
 
         They are first renamed into one trash folder (the manifest last), then deleted, so a kill
         half-way leaves either the old run's identity or no old output, never a half-cleared mix.
         """
-        present = [self.path / name for name in OUTPUT_NAMES[1:] if (self.path / name).exists()]
+        names = [n for n in OUTPUT_NAMES[1:] if cache or n != "llm_cache"]
+        present = [self.path / name for name in names if (self.path / name).exists()]
         present += sorted(self.path.glob("*.tmp"))
         if self.manifest_path.exists():
             present.append(self.manifest_path)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import heapq
+import itertools
 import json
 import logging
 import socket
@@ -28,7 +30,7 @@ import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ from sprint import faults as fault_names
 from sprint import wire
 from sprint.errors import UserError
 from sprint.faults import FaultPlan
-from sprint.latency import LatencyModel
+from sprint.latency import LatencyModel, load_latency_model
 from sprint.options import HelpFormatter, add_options, check_range, config_from, option
 from sprint.replay import ReplayLibrary, ReplayRequestError, load_library, prompt_text, resolve
 from sprint.wire import Generation, Splitter
@@ -71,6 +73,10 @@ class ReplayConfig:
     capacity: int | None = option(
         LatencyModel.capacity, "max sequences served at once; more queue (default: unlimited)"
     )
+    latency_from: str | None = option(
+        None, "latency model fitted to your hardware by `sprint fit-latency` (its latency.json); replaces the "
+        "timing flags above, --capacity still applies", metavar="FILE",
+    )
     time_scale: float = option(1.0, "multiply every delay (0.1 = 10x faster than real time; 0 = no waiting)")
     fault_spec: str | None = option(
         None, "fault plan, e.g. 5xx=0.1,truncated=0.05,timeout=0.02,seed=1 (default: none)", flags=("--faults",),
@@ -87,6 +93,8 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         check_range(ReplayConfig, "time_scale", self.time_scale, 0)
+        if self.latency is None and self.latency_from:
+            self.latency = replace(load_latency_model(self.latency_from), capacity=self.capacity)
         if self.latency is None:
             try:
                 self.latency = LatencyModel(
@@ -118,6 +126,7 @@ class ServedCall:
     prompt_tokens: int
     completion_tokens: int
     fault: str | None = None
+    priority: int = 0  # vLLM's per-request priority (lower: admitted earlier)
 
 
 @dataclass
@@ -142,6 +151,50 @@ class ReplayStats:
             out[name] = {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
         out["calls"] = len(self.calls)
         return out
+
+
+class PrioritySlots:
+    """At most `capacity` sequences at once; waiting requests are admitted lowest `priority` first,
+    then in arrival order: vLLM's `--scheduling-policy priority` queue (requests without a priority
+    count as 0, so with none given this is first come, first served). Like vLLM's scheduler when
+    its sequence limit is reached, a running request is never preempted."""
+
+    def __init__(self, capacity: int) -> None:
+        self.free = capacity
+        self._waiting: list[tuple[int, int, asyncio.Future]] = []
+        self._order = itertools.count()
+
+    def busy(self) -> bool:
+        return self.free <= 0
+
+    async def acquire(self, priority: int = 0) -> None:
+        if self.free > 0 and not self._waiting:
+            self.free -= 1
+            return
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._order), future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release()  # the slot was handed over just as the waiter left: pass it on
+            raise
+
+    def release(self) -> None:
+        while self._waiting:
+            _, _, future = heapq.heappop(self._waiting)
+            if not future.done():
+                future.set_result(None)  # the slot passes straight to the next waiter
+                return
+        self.free += 1
+
+    @contextlib.asynccontextmanager
+    async def slot(self, priority: int = 0) -> Any:
+        await self.acquire(priority)
+        try:
+            yield
+        finally:
+            self.release()
 
 
 class _Dropped(Exception):
@@ -175,7 +228,7 @@ class ReplayServer:
         self._running = 0
         self._decoding = 0
         self._server: asyncio.base_events.Server | None = None
-        self._capacity: asyncio.Semaphore | None = None
+        self._capacity: PrioritySlots | None = None
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -196,7 +249,7 @@ class ReplayServer:
     async def astart(self) -> ReplayServer:
         self._loop = asyncio.get_running_loop()
         capacity = self.latency.capacity
-        self._capacity = asyncio.Semaphore(capacity) if capacity else None
+        self._capacity = PrioritySlots(capacity) if capacity else None
         try:
             self._server = await asyncio.start_server(
                 self._connection, self.config.host, self.config.port, backlog=2048, limit=1 << 20
@@ -405,6 +458,11 @@ class ReplayServer:
                 )
             if request.get("n") not in (None, 1):
                 raise ReplayRequestError(400, "replay answers n=1 only (a recording has one continuation)")
+            priority = request.get("priority", 0)
+            if priority is None:
+                priority = 0
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise ReplayRequestError(400, f"priority must be an integer, got {priority!r}")
             too_many = wire.stop_error(request)
             if too_many:
                 raise ReplayRequestError(400, too_many)
@@ -432,6 +490,7 @@ class ReplayServer:
             prompt_tokens,
             gen.tokens,
             fault,
+            priority,
         )
         respond = _Responder(writer, wire.Wire.for_request(endpoint, f"replay-{counter}", request, int(time.time())), record)
         drop_after = gen.tokens // 2 if fault == fault_names.TRUNCATED else None
@@ -487,8 +546,9 @@ class ReplayServer:
                 raise ConnectionResetError("client went away")
 
         latency, scale = self.latency, self.config.time_scale
-        slot = self._capacity if self._capacity is not None else contextlib.nullcontext()
-        queued = self._capacity is not None and self._capacity.locked()
+        slots = self._capacity
+        slot = slots.slot(record.priority) if slots is not None else contextlib.nullcontext()
+        queued = slots is not None and slots.busy()
         async with slot:
             loop = asyncio.get_running_loop()  # loop.time() is time.monotonic()
             record.admitted = time.monotonic()

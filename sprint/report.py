@@ -127,6 +127,8 @@ def _summary_table(metrics: dict) -> list[str]:
     row("Malformed trajectories (read leniently)",
         [_method_cell(metrics, m, "malformed", count) if m == "sprint" else "–" for m in methods])
     row("Mean sequential tokens", [_method_cell(metrics, m, "mean_sequential", num) for m in methods])
+    row("Mean sequential tokens as decoded (tags included)",
+        [_method_cell(metrics, m, "mean_sequential_decoded", num) for m in methods])
     row("Mean total tokens", [_method_cell(metrics, m, "mean_total", num) for m in methods])
     if has_s:
         row("Mean phases per problem", [_method_cell(metrics, m, "mean_phases", num1) if m == "sprint" else "–" for m in methods])
@@ -144,15 +146,16 @@ def _bucket_table(metrics: dict) -> list[str]:
         return []
     lines = [
         "| Baseline length (tokens) | Problems | Mean baseline tokens | Mean SPRINT sequential tokens | "
-        "Reduction [95% CI] | SPRINT accuracy | Baseline accuracy |",
-        "|---|---|---|---|---|---|---|",
+        "Mean SPRINT sequential tokens as decoded | Reduction [95% CI] | SPRINT accuracy | Baseline accuracy |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     if len(comps) == 1:
         c = comps[0]
         for label, b in [("all", c["overall"])] + [(b["bucket"], b) for b in c["buckets"]]:
             lines.append(
                 f"| {label} | {b['problems']} | {fmt_num(b['mean_baseline_tokens'])} | "
-                f"{fmt_num(b['mean_sprint_sequential'])} | {fmt_pct(b['reduction'])}{fmt_ci_pct(b.get('reduction_ci'))} | "
+                f"{fmt_num(b['mean_sprint_sequential'])} | {fmt_num(b.get('mean_sprint_sequential_decoded'))} | "
+                f"{fmt_pct(b['reduction'])}{fmt_ci_pct(b.get('reduction_ci'))} | "
                 f"{fmt_pct(b['sprint_accuracy'])} | {fmt_pct(b['baseline_accuracy'])} |"
             )
         return lines
@@ -167,6 +170,7 @@ def _bucket_table(metrics: dict) -> list[str]:
         f"| all | {fmt_num(mean_of([o['problems'] for o in overall]), 0)} | "
         f"{fmt_num(mean_of([o['mean_baseline_tokens'] for o in overall]))} | "
         f"{fmt_num(mean_of([o['mean_sprint_sequential'] for o in overall]))} | "
+        f"{fmt_num(mean_of([o.get('mean_sprint_sequential_decoded') for o in overall]))} | "
         f"{_spread_str(agg['reduction'], fmt_pct, scale_pct=True)} | "
         f"{fmt_pct(mean_of([o['sprint_accuracy'] for o in overall]))} | "
         f"{fmt_pct(mean_of([o['baseline_accuracy'] for o in overall]))} |"
@@ -175,7 +179,8 @@ def _bucket_table(metrics: dict) -> list[str]:
         per = [c["buckets"][i] for c in comps]
         lines.append(
             f"| {b['bucket']} | {fmt_num(b['problems']['mean'], 0)} | {fmt_num(b['mean_baseline_tokens']['mean'])} | "
-            f"{fmt_num(b['mean_sprint_sequential']['mean'])} | {_spread_str(b['reduction'], fmt_pct, scale_pct=True)} | "
+            f"{fmt_num(b['mean_sprint_sequential']['mean'])} | {fmt_num(b['mean_sprint_sequential_decoded']['mean'])} | "
+            f"{_spread_str(b['reduction'], fmt_pct, scale_pct=True)} | "
             f"{fmt_pct(mean_of([p['sprint_accuracy'] for p in per]))} | "
             f"{fmt_pct(mean_of([p['baseline_accuracy'] for p in per]))} |"
         )
@@ -197,25 +202,45 @@ def _mcnemar_lines(metrics: dict) -> list[str]:
 def _runs_table(metrics: dict) -> list[str]:
     entries = [("SPRINT", r) for r in metrics["runs"]] + [("baseline", r) for r in metrics["baselines"]]
     lines = [
-        "| Run | Method | Problems | Accuracy | Accuracy (answered) | No answer | Mean sequential tokens | Mean total tokens | Folder |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Run | Method | Problems | Accuracy | Accuracy (answered) | No answer | Mean sequential tokens | "
+        "Mean sequential tokens as decoded | Mean total tokens | Folder |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, r in entries:
         s = r["summary"]
         lines.append(
             f"| {r['label']} | {method} | {s['problems']} | {fmt_pct(s['accuracy'])} | {fmt_pct(s['accuracy_answered'])} | "
-            f"{s['no_answer']} | {fmt_num(s['mean_sequential'])} | {fmt_num(s['mean_total'])} | `{r['path']}` |"
+            f"{s['no_answer']} | {fmt_num(s['mean_sequential'])} | {fmt_num(s.get('mean_sequential_decoded'))} | "
+            f"{fmt_num(s['mean_total'])} | `{r['path']}` |"
         )
     return lines
+
+
+def _prefix_cache_lines(metrics: dict) -> list[str]:
+    """Prefix-cache hit ratio per run and role, from the runs' manifests (servers that report cached_tokens)."""
+    lines = []
+    for r in [*metrics["runs"], *metrics["baselines"]]:
+        for role, c in sorted((r.get("prefix_cache") or {}).items()):
+            lines.append(f"| {r['label']} | {role} | {c['calls']} | {fmt_num(c['prompt_tokens'])} | "
+                         f"{fmt_num(c['cached_tokens'])} | {fmt_pct(c['hit_ratio'])} |")
+    if not lines:
+        return []
+    return ["| Run | Role | Calls | Prompt tokens | Cached tokens | Hit ratio |", "|---|---|---|---|---|---|", *lines]
 
 
 DEFINITIONS = """\
 - **Accuracy** counts every problem; one without a final answer (no `\\boxed{{}}`, a failed call, a missing
   trajectory) is wrong. The authors' variant divides by the answered problems only.
-- **Sequential tokens** (the critical path): per phase, the maximum over its prompts of (planner tokens up
-  to the end of that prompt + tokens of that prompt's execution), never less than the whole plan; plus the
-  final answer as planner tokens. Tags are not counted. For the sequential baseline it is its output length.
-- **Total tokens**: all generated tokens (every plan, every execution, the final answer).
+- **Sequential tokens** (the critical path, the paper's definition and the headline): per phase, the maximum
+  over its prompts of (planner tokens up to the end of that prompt + tokens of that prompt's execution), never
+  less than the whole plan; plus the final answer as planner tokens. Tags excluded. For the sequential
+  baseline it is its output length.
+- **Sequential tokens as decoded**: the same critical path with every piece counted as the model generates
+  it, tags included (the plan block from `<Plan_p>`, each `<execution_p.k>` block, the `<Final_answer>`
+  block): what the GPU actually decodes on the critical path. For the sequential baseline, its output length.
+- **Total tokens**: every generated token, tags included: the trajectory text after the question (every
+  plan, every execution, the final answer, with their tags; the paper's Table 2 "#Total"). For the
+  sequential baseline, its output length.
 - **Buckets** group problems by the sequential baseline's length (mean over baseline seeds), lower edge
   inclusive. **Reduction** = 1 − mean SPRINT sequential tokens / mean baseline tokens over the paired
   problems with text on both sides; positive means SPRINT's critical path is shorter.
@@ -225,14 +250,18 @@ DEFINITIONS = """\
   re-graded ({task})."""
 
 
-def render_markdown(metrics: dict, figures: dict[str, str] | None = None) -> str:
-    """report.md: the summary table first, then buckets, significance, per-run rows, figures."""
+def render_markdown(metrics: dict, figures: dict[str, str] | None = None, viewer: str | None = None) -> str:
+    """report.md: the summary table first, then buckets, significance, per-run rows, figures.
+
+    `viewer`: a link to the HTML viewer of these runs (`sprint view`), when there is one."""
     figures = figures or {}
     parts = ["# SPRINT evaluation", ""]
     names = [r["label"] for r in metrics["runs"]]
     bases = [r["label"] for r in metrics["baselines"]]
     parts.append(f"Task **{metrics['task']}**. SPRINT runs: {', '.join(names) or 'none'}. "
                  f"Baseline runs: {', '.join(bases) or 'none'}.")
+    if viewer:
+        parts += ["", f"Every problem, its phases and a timeline of its model calls: [the run viewer]({viewer})."]
     parts += ["", "## Summary", ""] + _summary_table(metrics)
     if max(len(metrics["runs"]), len(metrics["baselines"])) > 1:
         parts += ["", "With several runs (seeds) a cell reads mean ± standard deviation over the runs; "
@@ -243,6 +272,10 @@ def render_markdown(metrics: dict, figures: dict[str, str] | None = None) -> str
         parts += ["", "## Paired correctness", ""] + _mcnemar_lines(metrics)
     if len(metrics["runs"]) + len(metrics["baselines"]) > 1:
         parts += ["", "## Runs", ""] + _runs_table(metrics)
+    cache = _prefix_cache_lines(metrics)
+    if cache:
+        parts += ["", "## Prefix cache", "", "Prompt tokens the servers found in their prefix cache "
+                  "(vLLM's `cached_tokens`), per role:", ""] + cache
     if figures:
         parts += ["", "## Figures", ""]
         for name, file in figures.items():
@@ -431,7 +464,7 @@ def write_figures(metrics: dict, out_dir: Path) -> dict[str, str]:
     return made
 
 
-def write_report(metrics: dict, out_dir: str | Path, plots: bool = True) -> dict[str, Path]:
+def write_report(metrics: dict, out_dir: str | Path, plots: bool = True, viewer: str | None = None) -> dict[str, Path]:
     """Write metrics.json, the figures and report.md into `out_dir`; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -441,7 +474,7 @@ def write_report(metrics: dict, out_dir: str | Path, plots: bool = True) -> dict
     figures = write_figures(metrics, out) if plots else {}
     for name, file in figures.items():
         files[name] = out / file
-    atomic_write(out / "report.md", render_markdown(metrics, figures))
+    atomic_write(out / "report.md", render_markdown(metrics, figures, viewer))
     files["report"] = out / "report.md"
     return files
 

@@ -45,6 +45,8 @@ class RawProblem:
     index: int | None = None
     task: str | None = None
     source: str = ""  # where the text was read, for warnings: a file, or `records.jsonl (id X)`
+    question: str | None = None  # the record's question (a baseline's generation does not hold it)
+    calls: list[dict] = field(default_factory=list)  # the record's model calls (time-replay replays them)
 
 
 @dataclass
@@ -137,6 +139,8 @@ def _from_records(folder: Path, records_path: Path) -> list[LoadedRun]:
             index=rec.get("index") if isinstance(rec.get("index"), int) else None,
             task=rec.get("task") if rec.get("task") in task_names() else None,
             source=source,
+            question=rec.get("question") if isinstance(rec.get("question"), str) else None,
+            calls=[c for c in rec.get("calls") or [] if isinstance(c, dict)] if isinstance(rec.get("calls"), list) else [],
         ))
     if not by_mode:
         raise UserError(f"{records_path} holds no records; run the stage first or pass another folder")

@@ -316,7 +316,7 @@ def start_hint(base_url: str, model: str, model_path: str | Path | None = None) 
     env = " ".join(f"{k}={v}" for k, v in CHILD_ENV_DEFAULTS.items())
     return (
         f"`{env} {shlex.join(raw)}` "
-        f"(or `python -m sprint serve {shlex.quote(str(model_path or 'MODEL_DIR'))} "
+        f"(or `sprint serve {shlex.quote(str(model_path or 'MODEL_DIR'))} "
         f"--served-model-name {shlex.quote(model)} --port {port}`)"
     )
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -28,8 +29,8 @@ from tqdm import tqdm
 from sprint.data import Item, fingerprint, load_items
 from sprint.errors import ServerStopped, UserError, failed_items_exit
 from sprint.llm import DEFAULT_MAX_CONNECTION_FAILURES, RUN_STOP, TRANSIENT_KINDS, LLMClient, LLMConfig, LLMError, RunStop, Sampling
-from sprint.options import add_command, config_from, option
-from sprint.records import RunDir, estimate_cost, text_hash
+from sprint.options import add_command, config_from, flag_name, option, optional_int
+from sprint.records import RunDir, atomic_write, estimate_cost, text_hash
 
 log = logging.getLogger(__name__)
 
@@ -390,6 +391,9 @@ async def run_stage(
 
 DEFAULT_MODEL = "gpt-4o"  # the paper's curation model
 DEFAULT_SERVER_URL = "https://api.openai.com/v1"
+DEFAULT_MAX_INPUT_TOKENS = 32_000  # curation prompts of the paper's traces stay far below; a runaway trace does not
+CHARS_PER_TOKEN = 4  # the usual English-text rule of thumb: a size estimate needs no tokenizer
+TOO_LONG = "too_long"
 
 
 @dataclass
@@ -413,15 +417,33 @@ class LLMStageConfig:
     num_workers: int = option(8, "concurrent requests", var="NUM_WORKERS")
     max_tokens: int = option(2048, "answer length limit", var="MAX_TOKENS")
     temperature: float = option(0.0, "sampling temperature (0, as in the paper)", var="TEMPERATURE")
-    timeout: float = option(600.0, "seconds per request attempt")
-    max_retries: int = option(3, "retries of transient failures per request")
+    timeout: float = option(600.0, "seconds per request attempt", var="TIMEOUT")
+    max_retries: int = option(3, "retries of transient failures per request", var="MAX_RETRIES")
     cache_dir: str | None = option(None, "response cache folder (default: OUT_DIR/llm_cache)", var="CACHE_DIR")
     use_cache: bool = option(True, "do not read or write the response cache", flags=("--no-cache",))
-    prompt_file: str | None = option(None, "use this prompt template instead of the packaged one", flags=("--prompt",))
+    prompt_file: str | None = option(None, "use this prompt template instead of the packaged one", flags=("--prompt",),
+                                     var="PROMPT")
     check_server: bool = option(True, "skip the GET /models check before starting", flags=("--no-check",))
     max_connection_failures: int = option(
         DEFAULT_MAX_CONNECTION_FAILURES,
-        "stop the run after this many failed connections in a row to the server (0: never); re-run to continue")
+        "stop the run after this many failed connections in a row to the server (0: never); re-run to continue",
+        var="MAX_CONNECTION_FAILURES")
+    max_input_tokens: int = option(
+        DEFAULT_MAX_INPUT_TOKENS, "an item whose prompt is estimated (characters / 4) over this many tokens is skipped "
+        "as too_long before any call (0: no limit)", var="MAX_INPUT_TOKENS")
+    allow_long: bool = option(False, "send items over --max-input-tokens anyway (also redoes items marked too_long)",
+                              var="ALLOW_LONG")
+    tpm: int | None = option(None, "tokens-per-minute budget: requests are paced to stay within it (prompt + max_tokens "
+                             "estimated, corrected by the usage the API returns); default: no limit", type=optional_int,
+                             var="TPM")
+    rpm: int | None = option(None, "requests-per-minute budget; default: no limit", type=optional_int, var="RPM")
+    batch: bool = option(False, "send the requests through the OpenAI Batch API (half price; results within 24 h): "
+                         "upload, poll, ingest; a re-run resumes a submitted batch", var="BATCH")
+    batch_file_only: bool = option(False, "write the requests as a Batch API JSONL (OUT_DIR/batch/) and stop, e.g. "
+                                   "for vLLM's offline `run_batch`; ingest its output with --batch-results")
+    batch_results: str | None = option(None, "ingest this Batch API output JSONL (OpenAI's or vLLM run_batch's) into "
+                                       "the response cache and the records", metavar="FILE")
+    batch_poll: float = option(30.0, "seconds between polls of a submitted batch")
 
 
 ItemFn = Callable[[Item, LLMClient, str, Sampling], Awaitable[dict[str, Any]]]
@@ -441,7 +463,10 @@ class LLMStage:
     config_keys: tuple[str, ...] = ()  # stage-specific config fields kept in the manifest
     check_items: Callable[[str, list[Item]], None] | None = None  # refuse an unusable input up front
     notes: Callable[[RunDir], list[str]] | None = None  # extra summary lines
+    manifest_extra: Callable[[RunDir], dict[str, Any]] | None = None  # extra manifest keys (e.g. warning counts)
+    process_options: Callable[[Any], dict[str, Any]] | None = None  # config -> keyword arguments of `process`
     config_cls: type = LLMStageConfig  # the stage's options (a subclass of LLMStageConfig)
+    prompt_text: Callable[[Item, str], str] | None = None  # item + template -> what is sent (size estimate)
     help: str = ""  # one line for `sprint --help`
     description: str = ""  # the paragraph of `sprint NAME --help`
 
@@ -458,7 +483,11 @@ class LLMStage:
         outcome = asyncio.run(run_llm_stage(self, config_from(self.config_cls, args)))
         print(outcome.summary())
         failed, retryable = outcome.failures()
-        return failed_items_exit(failed, retryable, argv=getattr(args, "argv", None))
+        hint = None
+        if TOO_LONG in failed:
+            hint = ("re-run with --allow-long (ALLOW_LONG=1) to send the too_long items; for any others fix the cause, "
+                    "then re-run with --overwrite")
+        return failed_items_exit(failed, retryable, argv=getattr(args, "argv", None), retry_hint=hint)
 
 
 async def run_llm_stage(stage: LLMStage, cfg: LLMStageConfig) -> StageOutcome:
@@ -471,7 +500,7 @@ async def run_llm_stage(stage: LLMStage, cfg: LLMStageConfig) -> StageOutcome:
     template = load_prompt(stage.prompt_name, cfg.prompt_file)
     fill(template, stage.placeholders)  # fail now, not per item, on a bad template
     items = load_items(cfg.input, cfg.split, cfg.subset, cfg.range_spec, getattr(cfg, "question_col", None),
-                       getattr(cfg, "id_col", None), require=stage.require)
+                       getattr(cfg, "id_col", None), require=stage.require, flag=flag_name(type(cfg), "input"))
     if stage.check_items is not None:
         stage.check_items(cfg.input, items)
     sampling = sampling_for(cfg.max_tokens, cfg.temperature)
@@ -495,10 +524,17 @@ async def run_llm_stage(stage: LLMStage, cfg: LLMStageConfig) -> StageOutcome:
     llm = llm_config(
         server_url=cfg.server_url, model=cfg.model, num_workers=cfg.num_workers, timeout=cfg.timeout,
         max_retries=cfg.max_retries, cache_dir=resolve_cache_dir(out, cfg.cache_dir, cfg.use_cache),
-        max_connection_failures=cfg.max_connection_failures,
+        max_connection_failures=cfg.max_connection_failures, tpm=cfg.tpm, rpm=cfg.rpm,
     )
+    # sprint.batch builds on this module (run_stage, crash_record): imported here, not at the top
+    from sprint.batch import check_batch_options, run_batch_stage
+
+    batch_mode = check_batch_options(cfg)
     run = RunDir(out, stage.name, config, overwrite=cfg.overwrite)  # after the checks: a refused run leaves no folder
     try:
+        stage = screen_sizes(stage, cfg, run, items, template)  # the estimate, before any call; too_long set aside
+        if batch_mode:
+            return await run_batch_stage(stage, cfg, run, llm, items, template, sampling, batch_mode)
         return await _run_in(stage, cfg, run, llm, items, template, sampling)
     finally:
         run.close()  # the lock; and the folder, if this run made it and wrote nothing
@@ -509,24 +545,95 @@ async def _run_in(stage: LLMStage, cfg: LLMStageConfig, run: RunDir, llm: LLMCon
     """`run_llm_stage` once its folder is open: check the server, run the items, write the manifest."""
     inputs = {"source": cfg.input, "rows": len(items), "fingerprint": fingerprint(cfg.input, items)}
     run.manifest_fields = {"inputs": inputs, "prompts": {stage.prompt_name: template}}
+    options = stage.process_options(cfg) if stage.process_options else {}
     async with LLMClient(llm) as client:
         if cfg.check_server and any(not run.is_done(it.id) and stage.needs_llm(it) for it in items):
             await client.check()
         outcome = await run_stage(
             stage.name,
             items,
-            lambda item: stage.process(item, client, template, sampling),
+            lambda item: stage.process(item, client, template, sampling, **options),
             run,
             workers=cfg.num_workers,
             on_crash=lambda item, exc: crash_record(stage.base_record(item), exc),
             usage=client.usage.as_dict,
             usage_key=f"{stage.name}_usage",
-            manifest=lambda used: run.write_manifest(inputs=inputs, prompts={stage.prompt_name: template}, usage=used),
+            manifest=lambda used: run.write_manifest(inputs=inputs, prompts={stage.prompt_name: template}, usage=used,
+                                                     extra=stage.manifest_extra(run) if stage.manifest_extra else None),
             progress=cfg.progress,
         )
     if stage.notes is not None:
         outcome.notes.extend(stage.notes(run))
     return outcome
+
+
+def estimate_tokens(text: str) -> int:
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def screen_sizes(stage: LLMStage, cfg: LLMStageConfig, run: RunDir, items: list[Item], template: str) -> LLMStage:
+    """Print what the run is about to send (items, estimated tokens and cost) before any call, and set
+    aside items over `cfg.max_input_tokens` as `too_long` unless `cfg.allow_long`.
+
+    Returns the stage to run: `stage` itself, or one whose per-item work records those items as
+    too_long without a call.
+    """
+    if cfg.allow_long:
+        _redo_too_long(run)
+    todo = [it for it in items if not run.is_done(it.id) and stage.needs_llm(it)]
+    if not todo:
+        return stage
+
+    def text_of(item: Item) -> str:
+        if stage.prompt_text is not None:
+            return stage.prompt_text(item, template)
+        return template + item.question + (item.thought or "")
+
+    sizes = {it.id: estimate_tokens(text_of(it)) for it in todo}
+    limit = cfg.max_input_tokens
+    long = {key: n for key, n in sizes.items() if limit and n > limit}
+    sent = [n for key, n in sizes.items() if cfg.allow_long or key not in long]
+    print(f"{stage.name}: {len(sent)} item(s) to send: {cost_line(cfg.model, sum(sent), len(sent) * cfg.max_tokens)}",
+          file=sys.stderr)
+    if not long:
+        return stage
+    biggest = max(long.values())
+    if cfg.allow_long:
+        print(f"{stage.name}: {len(long)} item(s) over {flag_name(type(cfg), 'max_input_tokens')} {limit} "
+              f"(largest about {biggest:,} tokens) are sent anyway (--allow-long)", file=sys.stderr)
+        return stage
+    extra = cost_line(cfg.model, sum(long.values()), len(long) * cfg.max_tokens)
+    print(f"{stage.name}: {len(long)} item(s) over {flag_name(type(cfg), 'max_input_tokens')} {limit} (largest about "
+          f"{biggest:,} tokens) are skipped as {TOO_LONG} (sending them would add {extra}); pass --allow-long "
+          "(ALLOW_LONG=1) to send them", file=sys.stderr)
+    inner = stage.process
+
+    async def process(item: Item, client: LLMClient, template: str, sampling: Sampling, **kw: Any) -> dict[str, Any]:
+        if item.id in long:
+            return {**stage.base_record(item), "status": TOO_LONG, "retryable": False,
+                    "error": f"the prompt is estimated at {long[item.id]:,} tokens, over --max-input-tokens {limit}; "
+                             "raise it or pass --allow-long to send it"}
+        return await inner(item, client, template, sampling, **kw)
+
+    return replace(stage, process=process, needs_llm=lambda item: item.id not in long and stage.needs_llm(item))
+
+
+def cost_line(model: str, prompt_tokens: int, max_answer_tokens: int) -> str:
+    """`about P prompt tokens (characters / 4) + at most A answer tokens, at most about $X at MODEL prices`."""
+    cost = estimate_cost(model, prompt_tokens, max_answer_tokens)
+    price = f", at most about ${cost:,.2f} at {model} prices" if cost is not None else ""
+    return f"about {prompt_tokens:,} prompt tokens (characters / 4) + at most {max_answer_tokens:,} answer tokens{price}"
+
+
+def _redo_too_long(run: RunDir) -> None:
+    """Forget the records of items skipped as too_long, so this run (with --allow-long) sends them;
+    rewritten atomically so the folder never holds two records for one id."""
+    stale = [key for key, record in run.done.items() if record.get("status") == TOO_LONG]
+    if not stale:
+        return
+    for key in stale:
+        del run.done[key]
+    atomic_write(run.records_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in run.done.values()))
 
 
 def resolve_cache_dir(out_dir: Path, cache_dir: str | Path | None, use_cache: bool) -> Path | None:
@@ -546,7 +653,7 @@ def sampling_for(max_tokens: int, temperature: float) -> Sampling:
 
 def llm_config(
     *, server_url: str, model: str, num_workers: int, timeout: float, max_retries: int, cache_dir: Path | None,
-    max_connection_failures: int = DEFAULT_MAX_CONNECTION_FAILURES,
+    max_connection_failures: int = DEFAULT_MAX_CONNECTION_FAILURES, tpm: int | None = None, rpm: int | None = None,
 ) -> LLMConfig:
     if not server_url:
         raise UserError("no server URL; pass --server-url (e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1)")
@@ -570,6 +677,8 @@ def llm_config(
         max_retries=max_retries,
         cache_dir=cache_dir,
         max_connection_failures=max_connection_failures,
+        tpm=tpm,
+        rpm=rpm,
     )
 
 

@@ -36,9 +36,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import openai
+
 from sprint import metrics as M
-from sprint.data import safe_id
 from sprint.errors import UserError
+from sprint.latency_fit import summarize_timing, timing_report, timing_table
 from sprint.options import HelpFormatter, add_options, check_range, config_from, optional_int, option
 from sprint.prompt_format import FINAL_OPEN, PROMPT_MODES, PromptFormat, build_prompt_format, load_agent_prompt
 from sprint.records import atomic_write
@@ -218,27 +220,10 @@ def baseline_plan(pid: str, head: str, tokens: int, lengths: str) -> ProblemPlan
 
 @dataclass
 class Recorded:
-    """A run on disk, ready to plan: its problems with their trajectories (or generations) and calls."""
+    """A run on disk, ready to plan: its problems (trajectories or generations, recorded calls) and format."""
 
     run: LoadedRun
     fmt: PromptFormat
-    records: dict[str, dict]  # id -> the raw record (its `calls`), empty for the authors' layout
-
-
-def _raw_records(run: LoadedRun) -> dict[str, dict]:
-    path = run.path / "records.jsonl" if run.path.is_dir() else run.path
-    if not path.is_file() or path.suffix != ".jsonl":
-        return {}
-    out: dict[str, dict] = {}
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a half-written last line; runs.load_run already judged the file
-            if isinstance(rec, dict) and "id" in rec:
-                out[safe_id(str(rec["id"]))] = rec
-    return out
 
 
 def run_format(run: LoadedRun, prompt_mode: str | None, agent_prompt: str | None, tokenizer: str | None) -> PromptFormat:
@@ -263,7 +248,7 @@ def load_recorded(path: str, mode: str, cfg: TimeReplayConfig) -> Recorded:
     if not runs:
         raise UserError(f"{path} holds no {mode} run; pass a {'SPRINT' if mode == 'sprint' else 'baseline'} run folder")
     run = runs[0]
-    return Recorded(run, run_format(run, cfg.prompt_mode, cfg.agent_prompt, cfg.tokenizer), _raw_records(run))
+    return Recorded(run, run_format(run, cfg.prompt_mode, cfg.agent_prompt, cfg.tokenizer))
 
 
 def _usable(problems: list[RawProblem]) -> list[RawProblem]:
@@ -278,9 +263,8 @@ def plans_for(sprint: Recorded, schedule: str, counter: Counter, limit: int | No
         except TrajectoryError as exc:
             log.warning("skipping %s: malformed trajectory (%s)", prob.id, exc)
             continue
-        rec = sprint.records.get(prob.id, {})
         head = sprint.fmt.request(traj.question, "")[1]
-        plans.append(sprint_plan(prob.id, traj, head, schedule, counter, rec.get("calls"), prob.forced_final))
+        plans.append(sprint_plan(prob.id, traj, head, schedule, counter, prob.calls, prob.forced_final))
     return plans
 
 
@@ -289,16 +273,15 @@ def baseline_plans(base: Recorded, questions: dict[str, str], counter: Counter, 
     for prob in _usable(base.run.problems):
         if ids is not None and prob.id not in ids:
             continue
-        rec = base.records.get(prob.id, {})
-        question = rec.get("question") or questions.get(prob.id)
+        question = prob.question or questions.get(prob.id)
         if not question:
             log.warning("skipping baseline %s: its question is unknown (no record, no SPRINT run of that id)", prob.id)
             continue
-        used = [c for c in _used_calls(rec.get("calls") or []) if c.get("role") == BASELINE]
+        used = [c for c in _used_calls(prob.calls) if c.get("role") == BASELINE]
         if used:
             tokens, lengths = int(used[-1]["completion_tokens"]), "recorded"
-        elif isinstance(rec.get("completion_tokens"), int):
-            tokens, lengths = int(rec["completion_tokens"]), "recorded"
+        elif prob.reported_tokens is not None:
+            tokens, lengths = prob.reported_tokens, "recorded"
         else:
             tokens, lengths = counter(prob.text or ""), "counted"
         plans.append(baseline_plan(prob.id, base.fmt.request(question, "")[1], max(1, tokens), lengths))
@@ -336,8 +319,6 @@ class Engine:
     """Streams forced-length completions (token-id prompts) from one /v1/completions endpoint."""
 
     def __init__(self, base_url: str, model: str, tokenizer: Any, timeout: float, temperature: float, top_p: float) -> None:
-        import openai
-
         self.client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=timeout)
         self.model = model
         self.tokenizer = tokenizer
@@ -544,8 +525,6 @@ def _method_json(label: str, timings: list[ProblemTiming]) -> dict[str, Any]:
 
 def time_replay(cfg: TimeReplayConfig) -> dict[str, Any]:
     """Measure the run (each schedule) and the baseline on the server; write timing.json + report.md."""
-    from sprint.latency_fit import summarize_timing, timing_report
-
     sprint = load_recorded(cfg.run, "sprint", cfg)
     tokenizer_name = cfg.tokenizer or sprint.run.manifest.get("tokenizer_used") or cfg.model
     tokenizer = load_tokenizer(str(tokenizer_name))
@@ -556,10 +535,7 @@ def time_replay(cfg: TimeReplayConfig) -> dict[str, Any]:
         raise UserError(f"{cfg.run} has no finished SPRINT problem to time")
     if cfg.baseline:
         base = load_recorded(cfg.baseline, "baseline", cfg)
-        questions = {}
-        for prob in _usable(sprint.run.problems):
-            rec = sprint.records.get(prob.id, {})
-            questions[prob.id] = rec.get("question") or parse(prob.text or "", strict=False).question
+        questions = {p.id: p.question or parse(p.text or "", strict=False).question for p in _usable(sprint.run.problems)}
         by_method[BASELINE] = baseline_plans(base, questions, counter, {p.id for p in first})
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -593,8 +569,6 @@ def time_replay(cfg: TimeReplayConfig) -> dict[str, Any]:
 
 
 def _command(args: argparse.Namespace) -> int:
-    from sprint.latency_fit import timing_table
-
     cfg = config_from(TimeReplayConfig, args)
     timing = time_replay(cfg)
     print(timing_table(timing))

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from tokenizers import Tokenizer
 
-from sprint.data import resolve_local
+from sprint.data import quiet_hub, resolve_local, short_reason, source_problem
 from sprint.errors import UserError
 from sprint.grading import last_boxed
 
@@ -31,12 +31,7 @@ NO_PROMPT = "No prompt to execute."
 TAG_RE = re.compile(
     r"</?(?:Question|Plan_\d+|Execution_\d+|execution_\d+\.\d+|prompt_\d+\.\d+|prompt|Final_answer|think)>"
 )
-_PLAN_RE = re.compile(r"<Plan_(\d+)>(.*?)</Plan_\1>", re.S)
-_EXEC_BLOCK_RE = re.compile(r"<Execution_(\d+)>(.*?)</Execution_\1>", re.S)
-_EXEC_RE = re.compile(r"<execution_(\d+\.\d+)>(.*?)</execution_\1>", re.S)
 _PROMPT_RE = re.compile(r"<prompt_(\d+\.\d+)>(.*?)</prompt_\1>", re.S)
-_QUESTION_RE = re.compile(r"<Question>(.*?)</Question>", re.S)
-_FINAL_RE = re.compile(r"<Final_answer>(.*?)(?:</Final_answer>|\Z)", re.S)
 _OPEN_RE = re.compile(r"<(Question|Plan_\d+|Execution_\d+|Final_answer)>")
 
 
@@ -97,6 +92,10 @@ def render_prompt(name: str, text: str) -> str:
     return f"<prompt_{name}> {text.strip()} </prompt_{name}>"
 
 
+def render_final(text: str) -> str:
+    return f"<Final_answer>\n{text.strip()}\n</Final_answer>"
+
+
 def render_question(question: str) -> str:
     return f"<Question>\n{question.strip()}\n</Question>"
 
@@ -111,7 +110,7 @@ class Trajectory:
         """Everything after the question: what the model generates (inside `<think>`)."""
         blocks = [p.render() for p in self.phases]
         if self.final_answer is not None:
-            blocks.append(f"<Final_answer>\n{self.final_answer.strip()}\n</Final_answer>")
+            blocks.append(render_final(self.final_answer))
         return "\n\n".join(blocks)
 
     def render(self) -> str:
@@ -132,7 +131,10 @@ class Trajectory:
 
 
 def _check_balanced(text: str) -> None:
-    """Every block tag that opens must close, in order, without nesting blocks in blocks."""
+    """Every block tag that opens must close, in order, without nesting blocks in blocks.
+
+    `text` is what follows the question: the question itself is never scanned for tags.
+    """
     pos = 0
     while True:
         m = _OPEN_RE.search(text, pos)
@@ -150,29 +152,116 @@ def _check_balanced(text: str) -> None:
         pos = close + len(name) + 3
 
 
+_Q_OPEN, _Q_CLOSE = "<Question>", "</Question>"
+_BLOCK_OPEN_RE = re.compile(r"<(Plan_(\d+)|Execution_(\d+)|Final_answer)>")
+_EXEC_OPEN_RE = re.compile(r"<execution_(\d+\.\d+)>")
+# What may directly follow the question's closing tag: the generation's first block, `<think>`,
+# a chat template's markers (`<|im_end|>`, `<｜Assistant｜>`), or nothing.
+_AFTER_QUESTION = ("<think>", "<Plan_", "<Final_answer>", "<Execution_", "<|", "<\uff5c")
+
+
+def _outside_blocks(text: str) -> str:
+    """The text of `text` that lies outside its (positionally matched) blocks, `<think>` tags removed."""
+    out, pos = [], 0
+    while True:
+        m = _BLOCK_OPEN_RE.search(text, pos)
+        if not m:
+            out.append(text[pos:])
+            break
+        out.append(text[pos:m.start()])
+        close = text.find(f"</{m.group(1)}>", m.end())
+        if close < 0:
+            break
+        pos = close + len(m.group(1)) + 3
+    return "".join(out).replace("<think>", "").replace("</think>", "")
+
+
+def question_span(text: str) -> tuple[int, int] | None:
+    """Where the question's text lies: (start, end) offsets between `<Question>` and its `</Question>`.
+
+    The question is opaque text: it may itself hold `</Question>`, `<Plan_1>` or any other tag.
+    It starts after the first `<Question>` and ends at the `</Question>` that precedes the
+    generation; when the text holds several, the one chosen is the one after which the rest reads
+    as a generation: no further `</Question>`, the format's blocks (or `<think>`) right after it,
+    no stray text between the blocks. Ties go to the earliest (model text quoting the tag).
+    """
+    start = text.find(_Q_OPEN)
+    if start < 0:
+        return None
+    start += len(_Q_OPEN)
+    closes = [m.start() for m in re.finditer(re.escape(_Q_CLOSE), text[start:])]
+    if not closes:
+        return None
+    if len(closes) == 1:
+        return start, start + closes[0]
+
+    def oddities(close: int) -> int:
+        rest = text[start + close + len(_Q_CLOSE):]
+        follow = rest.lstrip()
+        return (rest.count(_Q_CLOSE)
+                + bool(follow and not follow.startswith(_AFTER_QUESTION))
+                + bool(_outside_blocks(rest).strip()))
+
+    best = min(closes, key=oddities)  # min keeps the earliest of equals
+    return start, start + best
+
+
+def _executions(block: str) -> list[Execution]:
+    """The `<execution_p.k>` entries of an Execution block, read in order; their text is opaque."""
+    found, pos = [], 0
+    while True:
+        m = _EXEC_OPEN_RE.search(block, pos)
+        if not m:
+            return found
+        close = block.find(f"</execution_{m.group(1)}>", m.end())
+        if close < 0:  # never closed: dropped (a cut-off generation)
+            pos = m.end()
+            continue
+        found.append(Execution(m.group(1), block[m.end():close].strip()))
+        pos = close + len(m.group(1)) + len("</execution_>")
+
+
 def parse(text: str, strict: bool = True) -> Trajectory:
     """Read a trajectory text (with or without `<think>`); strict mode rejects unbalanced tags.
 
+    Blocks are read in order by position: the question (see `question_span`) and the text inside
+    a plan, an execution or the final answer are never scanned for the format's tags, so a
+    question or model text that merely contains `<Plan_1>` or `</Question>` stays text.
     Non-strict mode keeps whatever well-formed blocks it finds, which is what one wants for a
     generation that was cut off.
     """
+    span = question_span(text)
+    question = text[span[0]:span[1]].strip() if span else ""
+    rest = text[span[1] + len(_Q_CLOSE):] if span else text
     if strict:
-        _check_balanced(text)
-    q = _QUESTION_RE.search(text)
-    question = q.group(1).strip() if q else ""
-    rest = text[q.end():] if q else text
+        _check_balanced(rest)
     execs: dict[int, list[Execution]] = {}
-    for m in _EXEC_BLOCK_RE.finditer(rest):
-        execs[int(m.group(1))] = [Execution(e.group(1), e.group(2).strip()) for e in _EXEC_RE.finditer(m.group(2))]
-    phases = []
-    for m in _PLAN_RE.finditer(rest):
-        number = int(m.group(1))
-        phases.append(Phase(number, m.group(2).strip(), execs.get(number, [])))
+    phases: list[Phase] = []
+    final = None
+    pos = 0
+    while True:
+        m = _BLOCK_OPEN_RE.search(rest, pos)
+        if not m:
+            break
+        name = m.group(1)
+        close = rest.find(f"</{name}>", m.end())
+        if name == "Final_answer":  # the first final answer ends the trajectory (a cut-off one too)
+            final = rest[m.end(): close if close >= 0 else len(rest)].strip()
+            break
+        if close < 0:  # never closed: dropped in lenient mode (strict mode refused it above)
+            pos = m.end()
+            continue
+        body = rest[m.end():close]
+        if m.group(2) is not None:
+            phases.append(Phase(int(m.group(2)), body.strip(), []))
+        else:
+            execs.setdefault(int(m.group(3)), _executions(body))
+        pos = close + len(name) + 3
+    for phase in phases:
+        phase.executions = execs.get(phase.number, [])
     numbers = [p.number for p in phases]
     if strict and numbers != list(range(1, len(phases) + 1)):
         raise TrajectoryError(f"phases are numbered {numbers}, expected 1..{len(phases)}")
-    f = _FINAL_RE.search(rest)
-    final = f.group(1).strip() if f else None
     return Trajectory(question, phases, final)
 
 
@@ -253,20 +342,25 @@ class PhaseTokens:
     prompt_prefixes: list[int]    # plan tokens up to the end of prompt k
     executions: list[int]         # tokens of execution k (0 when missing)
     sequential: int               # critical path of this phase
+    decoded: int = 0              # the same critical path, tags included
 
 
 @dataclass
 class TokenCounts:
-    sequential: int
-    total: int
-    planner: int
-    executor: int
+    """The paper's token numbers of one trajectory (`count_tokens` says how each is counted)."""
+
+    sequential: int               # critical path, tags excluded (the paper's headline)
+    total: int                    # every generated token, tags included: the text after the question
+    planner: int                  # plans + final answer, tags excluded
+    executor: int                 # executions, tags excluded
     final: int
     phases: list[PhaseTokens]
+    sequential_decoded: int = 0   # critical path, tags included: what the GPU generates on it
 
     def as_dict(self) -> dict:
         return {
             "sequential_tokens": self.sequential,
+            "sequential_tokens_as_decoded": self.sequential_decoded,
             "total_tokens": self.total,
             "planner_tokens": self.planner,
             "executor_tokens": self.executor,
@@ -274,34 +368,53 @@ class TokenCounts:
         }
 
 
-def count_tokens(traj: Trajectory, planner: Counter, executor: Counter | None = None) -> TokenCounts:
-    """Sequential and total tokens as the paper defines them.
+def _critical_path(plan: int, prefixes: list[int], execs: list[int], orphans: list[int]) -> int:
+    """One phase: max over prompts k of (plan up to prompt k + execution k), never less than the
+    whole plan (an execution without a prompt runs beside the whole plan)."""
+    return max([plan] + [p + e for p, e in zip(prefixes, execs)] + [plan + o for o in orphans])
 
-    Phase p costs max over its prompts k of (planner tokens up to the end of prompt k + tokens
-    of execution k). The whole plan must also be written before the next phase starts, so a
-    phase never costs less than its plan (this only matters for text after the last prompt and
-    for phases without prompts). The final answer counts as planner tokens; tags are not counted.
+
+def count_tokens(traj: Trajectory, planner: Counter, executor: Counter | None = None) -> TokenCounts:
+    """The paper's token numbers; the one place they are defined.
+
+    - sequential (the paper's): phase p costs max over its prompts k of (planner tokens up to the
+      end of prompt k + tokens of execution k), never less than the whole plan (text after the last
+      prompt, phases without prompts); the final answer counts as planner tokens; tags excluded.
+    - sequential as decoded: the same critical path with each piece as the model generates it,
+      tags included: the plan block from `<Plan_p>` (to the end of `</prompt_p.k>` for prompt k,
+      to `</Plan_p>` whole), each `<execution_p.k>` block, the `<Final_answer>` block.
+    - total: every generated token, tags included: the trajectory text after the question
+      (`render_body`, as the paper's Table 2 counts it), with the planner's tokenizer.
+    - planner / executor: the plans (+ final answer) and the executions, tags excluded.
     """
     executor = executor or planner
     phases = []
     planner_total = executor_total = 0
     for ph in traj.phases:
         plan_tokens = planner(strip_tags(ph.plan))
-        prefixes, execs = [], []
+        head = f"<Plan_{ph.number}>\n"
+        prefixes, execs, prefixes_dec, execs_dec = [], [], [], []
         for pr in ph.prompts:
             prefixes.append(planner(strip_tags(ph.plan[: pr.end])))
+            prefixes_dec.append(planner(head + ph.plan[: pr.end].lstrip()))
             ex = ph.execution(pr.name)
             execs.append(executor(ex.text) if ex else 0)
+            execs_dec.append(executor(render_execution(ex.name, ex.text)) if ex else 0)
         # executions without a matching prompt still cost their tokens, in parallel
         named = {pr.name for pr in ph.prompts}
-        orphans = [executor(e.text) for e in ph.executions if e.name not in named]
-        seq = max([plan_tokens] + [p + e for p, e in zip(prefixes, execs)] + [plan_tokens + o for o in orphans])
-        phases.append(PhaseTokens(ph.number, plan_tokens, prefixes, execs, seq))
+        orphan_execs = [e for e in ph.executions if e.name not in named]
+        orphans = [executor(e.text) for e in orphan_execs]
+        seq = _critical_path(plan_tokens, prefixes, execs, orphans)
+        decoded = _critical_path(planner(ph.render_plan()), prefixes_dec, execs_dec,
+                                 [executor(render_execution(e.name, e.text)) for e in orphan_execs])
+        phases.append(PhaseTokens(ph.number, plan_tokens, prefixes, execs, seq, decoded))
         planner_total += plan_tokens
         executor_total += sum(execs) + sum(orphans)
     final = planner(traj.final_answer) if traj.final_answer else 0
+    final_dec = planner(render_final(traj.final_answer)) if traj.final_answer else 0
     seq_total = sum(p.sequential for p in phases) + final
-    return TokenCounts(seq_total, planner_total + executor_total + final, planner_total + final, executor_total, final, phases)
+    return TokenCounts(seq_total, planner(traj.render_body()), planner_total + final, executor_total, final, phases,
+                       sum(p.decoded for p in phases) + final_dec)
 
 
 FAST_HINT = "pass a local directory holding tokenizer.json or a hub id reachable from this machine"
@@ -326,22 +439,27 @@ def load_tokenizer(name: str, *, chat: bool = False, hint: str | None = None) ->
     what only it has (chat template, BOS/EOS tokens). `hint` ends the error message (what to pass).
     """
     source = tokenizer_source(str(name))
+    problem = source_problem(source)  # a missing folder or an unreachable hub: one line, at once
+    if problem is not None:
+        raise UserError(f"cannot load {'the ' if chat else ''}tokenizer {name!r} ({problem}); "
+                        f"{hint or (CHAT_HINT if chat else FAST_HINT)}")
     try:
         if chat:
             # transformers takes about a second to import; packing and `--help` never need it
             from transformers import AutoTokenizer
 
-            return AutoTokenizer.from_pretrained(source)
+            with quiet_hub():
+                return AutoTokenizer.from_pretrained(source)
         path = Path(source)
         if path.is_dir():
             path = path / "tokenizer.json"
         if path.is_file():
             return Tokenizer.from_file(str(path))
-        return Tokenizer.from_pretrained(source)
+        with quiet_hub():
+            return Tokenizer.from_pretrained(source)
     except Exception as exc:  # missing folder, no hub access, broken files
         if chat:
-            raise UserError(f"cannot load the tokenizer {name!r} ({type(exc).__name__}: {str(exc)[:200]}); "
-                            f"{hint or CHAT_HINT}") from None
+            raise UserError(f"cannot load the tokenizer {name!r} ({short_reason(exc)}); {hint or CHAT_HINT}") from None
         raise UserError(f"cannot load tokenizer {name!r} ({type(exc).__name__}); {hint or FAST_HINT}") from None
 
 

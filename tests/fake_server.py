@@ -18,6 +18,8 @@ applied before the handler.
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 import itertools
 import json
 import socket
@@ -92,13 +94,130 @@ def prompt_words(request: dict, endpoint: str) -> int:
     return count_words(prompt) if isinstance(prompt, str) else 0
 
 
+class TokenBudget:
+    """A tokens-per-minute limit as OpenAI-style APIs enforce one: a bucket refilled at `tpm / 60`
+    tokens per second that holds at most `window_s` seconds' worth. A request is charged its prompt
+    plus `max_tokens` on arrival (HTTP 429 with Retry-After when the bucket lacks them) and refunded
+    what it did not generate. `served` counts the tokens of answered requests (prompt + completion)."""
+
+    def __init__(self, tpm: int, window_s: float = 1.0) -> None:
+        self.rate = tpm / 60.0
+        self.capacity = self.rate * window_s
+        self.level = self.capacity
+        self.last = time.monotonic()
+        self.served = 0
+        self.refused = 0
+        self.first: float | None = None  # monotonic time of the first admission / the last answer
+        self.end: float | None = None
+        self._lock = threading.Lock()
+
+    def admit(self, cost: float) -> float | None:
+        """None: admitted and charged; else the seconds until the bucket holds the cost."""
+        with self._lock:
+            now = time.monotonic()
+            self.level = min(self.capacity, self.level + (now - self.last) * self.rate)
+            self.last = now
+            need = min(cost, self.capacity)  # a request larger than the window waits for a full bucket
+            if self.level < need:
+                self.refused += 1
+                return (need - self.level) / self.rate
+            self.level -= cost
+            self.first = now if self.first is None else self.first
+            return None
+
+    def settle(self, cost: float, used: int) -> None:
+        with self._lock:
+            self.level = min(self.capacity, self.level + cost - used)
+            self.served += used
+            self.end = time.monotonic()
+
+    def used_fraction(self) -> float:
+        """Served tokens over the most the limit allowed between the first admission and the last answer."""
+        if self.first is None or self.end is None:
+            return 0.0
+        return self.served / (self.capacity + self.rate * (self.end - self.first))
+
+
+class BatchStore:
+    """The server side of the Batch API: uploaded files, and batches worked off in a thread.
+
+    Each request line goes to the handler like an online request; a handler's `Reply(status=...)`
+    lands in the error file, as OpenAI's batches report a failed request. `line_delay` seconds per
+    line let a test see `in_progress`; `created` counts batches (a resumed run must create none)."""
+
+    def __init__(self, line_delay: float = 0.0) -> None:
+        self.files: dict[str, bytes] = {}
+        self.batches: dict[str, dict] = {}
+        self.line_delay = line_delay
+        self.created = 0
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def add_file(self, content: bytes, name: str) -> dict:
+        with self._lock:
+            file_id = f"file-{next(self._ids)}"
+            self.files[file_id] = content
+        return {"id": file_id, "object": "file", "bytes": len(content), "created_at": int(time.time()),
+                "filename": name, "purpose": "batch"}
+
+    def create(self, input_file_id: str, endpoint: str, owner: FakeServer) -> dict:
+        lines = [json.loads(x) for x in self.files[input_file_id].decode().splitlines() if x.strip()]
+        with self._lock:
+            batch_id = f"batch_{next(self._ids)}"
+            self.created += 1
+            self.batches[batch_id] = {
+                "id": batch_id, "object": "batch", "endpoint": endpoint, "errors": None,
+                "input_file_id": input_file_id, "completion_window": "24h", "status": "validating",
+                "output_file_id": None, "error_file_id": None, "created_at": int(time.time()),
+                "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
+            }
+        threading.Thread(target=self._work, args=(batch_id, lines, owner), daemon=True).start()
+        return self.view(batch_id)
+
+    def view(self, batch_id: str) -> dict:
+        with self._lock:
+            return json.loads(json.dumps(self.batches[batch_id]))
+
+    def _work(self, batch_id: str, lines: list[dict], owner: FakeServer) -> None:
+        batch = self.batches[batch_id]
+        with self._lock:
+            batch["status"] = "in_progress"
+        out, err = [], []
+        for n, line in enumerate(lines):
+            if owner._sleep(self.line_delay):
+                return
+            body, endpoint = line["body"], "chat" if line["url"].endswith("chat/completions") else "completions"
+            owner._record(endpoint, body, {})
+            reply = owner.handler(body, endpoint)
+            reply = Reply(text=reply) if isinstance(reply, str) else reply
+            entry: dict[str, Any] = {"id": f"batch_req_{n}", "custom_id": line["custom_id"], "error": None}
+            if reply.status != 200:
+                entry["response"] = {"status_code": reply.status, "body": wire.error_body(reply.status, reply.error or "failed")}
+                err.append(entry)
+            else:
+                gen = wire.generate(reply.text, body, endpoint, WORD_TOKENS)
+                usage = wire.usage(prompt_words(body, endpoint), gen.tokens)
+                form = wire.Wire.for_request(endpoint, f"b{n}", body, int(time.time()))
+                entry["response"] = {"status_code": 200, "request_id": f"req_{n}", "body": form.body(gen, usage)}
+                out.append(entry)
+            with self._lock:
+                batch["request_counts"]["completed" if reply.status == 200 else "failed"] += 1
+        with self._lock:
+            for key, entries in (("output_file_id", out), ("error_file_id", err)):
+                if entries:
+                    file_id = f"file-{next(self._ids)}"
+                    self.files[file_id] = "".join(json.dumps(e) + "\n" for e in entries).encode()
+                    batch[key] = file_id
+            batch["status"] = "completed"
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, owner: FakeServer) -> None:
         self.owner = owner
-        super().__init__(("127.0.0.1", 0), _RequestHandler)
+        super().__init__(("127.0.0.1", owner.bind_port), _RequestHandler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients that time out and hang up are expected, not failures
@@ -166,6 +285,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         owner = self.server.owner
+        if self.path.startswith(("/v1/files/", "/v1/batches/")):
+            owner.batch_calls.append(("GET", self.path))
+            if self._authorised():
+                self._batch_get(self.path.rstrip("/"))
+            return
         if self.path.rstrip("/") != "/v1/models":
             self._send_error(404, f"no route {self.path}")
             return
@@ -181,6 +305,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
         endpoint = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}.get(route)
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if route in ("/v1/files", "/v1/batches"):
+            owner.batch_calls.append(("POST", route))
+            if self._authorised():
+                self._batch_post(route, raw)
+            return
         if endpoint is None:
             self._send_error(404, f"no route {self.path}")
             return
@@ -207,6 +336,48 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._working = False
             self.server.owner._leave()
 
+    # --- files and batches (the OpenAI Batch API, small: upload, create, poll, download) ------
+
+    def _batch_post(self, route: str, raw: bytes) -> None:
+        owner = self.server.owner
+        if route == "/v1/files":  # multipart/form-data: `purpose` and `file`
+            message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                b"Content-Type: " + self.headers.get("Content-Type", "").encode() + b"\r\n\r\n" + raw)
+            parts = {p.get_param("name", header="content-disposition"): p for p in message.iter_parts()}
+            if "file" not in parts:
+                self._send_error(400, "no file in the upload")
+                return
+            content = parts["file"].get_payload(decode=True) or b""
+            name = parts["file"].get_filename() or "upload.jsonl"
+            self._send_json(200, owner.batches.add_file(content, name))
+            return
+        try:
+            body = json.loads(raw or b"{}")
+            batch = owner.batches.create(body["input_file_id"], body["endpoint"], owner)
+        except (ValueError, KeyError) as exc:
+            self._send_error(400, f"bad batch request: {exc}")
+            return
+        self._send_json(200, batch)
+
+    def _batch_get(self, path: str) -> None:
+        owner = self.server.owner
+        parts = path.split("/")  # '', 'v1', 'files'|'batches', id[, 'content']
+        if parts[2] == "files" and len(parts) == 5 and parts[4] == "content":
+            content = owner.batches.files.get(parts[3])
+            if content is None:
+                self._send_error(404, f"no file {parts[3]}")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
+            return
+        if parts[2] == "batches" and len(parts) == 4 and parts[3] in owner.batches.batches:
+            self._send_json(200, owner.batches.view(parts[3]))
+            return
+        self._send_error(404, f"no route {path}")
+
     def _answer(self, request: dict, endpoint: str, counter: int) -> None:
         owner = self.server.owner
         fault = owner.faults.decide(counter) if owner.faults else None
@@ -232,6 +403,16 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._send_error(404, f"The model `{request.get('model')}` does not exist.")
             return
 
+        cost = 0.0
+        if owner.budget is not None:
+            max_tokens = request.get("max_tokens") or request.get("max_completion_tokens") or 16
+            cost = prompt_words(request, endpoint) + int(max_tokens)
+            wait = owner.budget.admit(cost)
+            if wait is not None:
+                self._send_error(429, "Rate limit reached for tokens per min (TPM).",
+                                 {"Retry-After": f"{max(1, round(wait))}", "retry-after-ms": f"{int(wait * 1000) + 1}"})
+                return
+
         try:
             reply = owner.handler(request, endpoint)
         except Exception as exc:  # surfaced to the test through srv.errors
@@ -250,6 +431,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             else:
                 reply.truncate_body = True
 
+        if owner.budget is not None and (reply.status != 200 or reply.reset or reply.body is not None):
+            owner.budget.settle(cost, 0)  # no completion: nothing used
         if reply.delay and owner._sleep(reply.delay):
             return
         self._stop_working()
@@ -270,6 +453,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         completion_tokens = reply.completion_tokens if reply.completion_tokens is not None else gen.tokens
         prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else prompt_words(request, endpoint)
         usage = wire.usage(prompt_tokens, completion_tokens)
+        if owner.budget is not None:
+            owner.budget.settle(cost, prompt_tokens + completion_tokens)
         form = wire.Wire.for_request(endpoint, str(counter), request, int(time.time()))
         if form.stream:
             include_usage = bool((request.get("stream_options") or {}).get("include_usage")) and reply.usage
@@ -332,12 +517,19 @@ class FakeServer:
         faults: FaultPlan | None = None,
         api_key: str | None = None,
         chunk_delay: float = 0.0,
+        tpm: int | None = None,
+        tpm_window_s: float = 1.0,
+        port: int = 0,
     ) -> None:
+        self.bind_port = port  # 0: any free port; a fixed one brings a stopped server back at its old URL
         self.handler: Handler = handler or (lambda request, endpoint: "hello from the fake server")
         self.models = list(models)
         self.faults = faults
         self.api_key = api_key  # when set, requests must carry `Authorization: Bearer <key>`
         self.chunk_delay = chunk_delay  # seconds between streamed chunks
+        self.budget = TokenBudget(tpm, tpm_window_s) if tpm else None  # a TPM limit answered with 429s
+        self.batches = BatchStore()  # /v1/files and /v1/batches
+        self.batch_calls: list[tuple[str, str]] = []  # (method, path) of the files/batches calls
         self.requests: list[tuple[str, dict]] = []  # (endpoint, body) in arrival order
         self.headers: list[dict[str, str]] = []  # the matching request headers, names lower-cased
         self.arrivals: list[float] = []  # time.time() at each arrival

@@ -275,10 +275,11 @@ def test_bad_rows_do_not_stop_the_curation_run(tmp_path: Path) -> None:
     assert status["ok-1"] == ("ok", None) and status["thought-is-a-number"][0] == "ok"
     for bad in ("empty-thought", "thought-is-a-list"):
         assert status[bad][0] == "no_thought" and "no reasoning trace" in status[bad][1]
-    assert status["huge-trace"][0] == "llm_bad_request" and "maximum context length" in status["huge-trace"][1]
+    # over --max-input-tokens: set aside before any call, with the way to send it anyway
+    assert status["huge-trace"][0] == "too_long" and "--allow-long" in status["huge-trace"][1]
     assert status["no-question"] == ("no_question", "the item has no question (problem) text")
     assert got["huge-trace"]["retryable"] is False
-    assert "records: ok: 2" in result.stdout and "llm_bad_request: 1" in result.stdout and "no_thought: 2" in result.stdout
+    assert "records: ok: 2" in result.stdout and "too_long: 1" in result.stdout and "no_thought: 2" in result.stdout
 
 
 def test_malformed_components_are_recorded_by_the_dag_stage(tmp_path: Path, capsys, caplog) -> None:

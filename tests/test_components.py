@@ -294,6 +294,23 @@ def test_parse_components_reads_markdown_layouts(text: str) -> None:
         ("### Component 1\n- **Description:** Check\n- **Plan:** the first few lines", 4, ("unparseable", "component 1: plan")),
         # prose naming components but giving no fields: unparseable
         ("Component 1 is the setup and component 2 the answer.", 4, ("unparseable", "no JSON list")),
+        # the same defects as GPT-4o writes them in the JSON the prompt asks for
+        ('```json\n[{"description": "Check", "plan": "not found", "prompt": "Check it.", "execution": "1-2", '
+         '"comment": "not found"}]\n```', 2, ("ok", ["no_plan"])),
+        ('[{"description": "Check", "plan": "1-2", "prompt": "Check it.", "execution": "1-2", "comment": "not found"}]',
+         2, ("ok", ["plan_equals_execution"])),
+        ('[{"description": "Check", "plan": "1-1", "prompt": "Check it.", "execution": "2-4", "comment": "4-4"}]',
+         4, ("ok", ["overlap_execution_comment"])),
+        ('[{"description": "A", "plan": "1-2", "prompt": "Do A.", "execution": "3-5", "comment": "not found"}, '
+         '{"description": "B", "plan": "5-6", "prompt": "not found", "execution": "not found", "comment": "not found"}]',
+         6, ("ok", ["overlap_plan_execution"])),
+        ('[{"description": "A", "plan": "1-2", "prompt": "Do A.", "execution": "3-4", "comment": "not found"}]',
+         6, ("ok", ["uncovered_lines"])),
+        ('[{"description": "Check", "plan": "1-9", "prompt": "not found", "execution": "not found"}]',
+         4, ("invalid", "outside lines 1-4")),
+        ('[{"description": "Check", "plan": "1-1", "prompt": "not found", "execution": "2-4"}]',
+         4, ("invalid", "execution but no prompt")),
+        ('[{"description": "Check", "plan": "the start"}]', 4, ("unparseable", "component 1: plan")),
     ],
 )
 def test_markdown_answers_are_checked_like_json(text: str, n: int, outcome: tuple) -> None:
@@ -308,7 +325,8 @@ def test_markdown_answers_are_checked_like_json(text: str, n: int, outcome: tupl
     else:
         assert errors == [] and outcome[0] == "ok"
         assert [w.kind for w in component_warnings(components, n)] == outcome[1]
-        assert validate_components(components, n, strict=True)  # --strict rejects it
+        # --strict rejects it, except for uncovered lines alone
+        assert bool(validate_components(components, n, strict=True)) == (outcome[1] != ["uncovered_lines"])
 
 
 def test_json_wins_over_markdown_in_the_same_answer() -> None:
@@ -722,3 +740,26 @@ def test_cost_estimate_for_a_priced_model(tmp_path: Path) -> None:
     u = outcome.usage
     assert u["estimated_cost_usd"] == round((u["prompt_tokens"] * 2.5 + u["completion_tokens"] * 10) / 1e6, 4)
     assert "at gpt-4o prices" in outcome.summary()
+
+
+def test_strict_variable_of_the_shell_script(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    rows, replies = case_rows()
+    rows = [r for r in rows if r["id"] == "case-overlap"]
+    inp = write_jsonl(tmp_path / "traces.jsonl", rows)
+    script = Path(__file__).resolve().parents[1] / "run_component_separation.sh"
+    with scripted_server(rows, replies) as srv:
+        for value, status in (("", "ok"), ("false", "ok"), ("true", "invalid"), ("maybe", None)):
+            out = tmp_path / f"out-{value or 'unset'}"
+            env = {**os.environ, "PYTHON": sys.executable, "DATA": str(inp), "OUT_DIR": str(out), "MODEL": MODEL,
+                   "SERVER_URL": srv.base_url, "STRICT": value}
+            proc = subprocess.run(["bash", str(script), "--no-progress"], env=env, capture_output=True, text=True)
+            if status is None:
+                assert proc.returncode == 2 and "STRICT=maybe" in proc.stderr
+                continue
+            assert proc.returncode == (0 if status == "ok" else 3), proc.stderr
+            assert records_of(out)["case-overlap"]["status"] == status
+            assert json.loads((out / "manifest.json").read_text())["config"]["strict"] is (value == "true")

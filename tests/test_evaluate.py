@@ -124,7 +124,8 @@ def test_sequential_and_total_tokens_by_hand(tmp_path: Path, tok_dir: Path, n_to
     # The data is built so that the first prompt's branch is the critical path of phase 1:
     assert p1 + e1 > plan1 + e2 > plan1
     expected_seq = (p1 + e1) + plan2 + final
-    expected_total = plan1 + e1 + e2 + plan2 + final
+    expected_total = n_tokens(TRAJECTORY.split("</Question>\n\n", 1)[1])  # the text after the question, tags included
+    assert expected_total > plan1 + e1 + e2 + plan2 + final  # the tags cost tokens
 
     run = write_run(tmp_path / "sprint", [sprint_record("p1", TRAJECTORY)])
     base = write_run(tmp_path / "base", [baseline_record("p1", BASELINE)])
@@ -373,6 +374,7 @@ def test_report_files_table_and_figures(tmp_path: Path, tok_dir: Path, n_tokens)
     assert len(counted) == 2  # "c" has no text
     seq = sum(r["sequential"] for r in counted) / 2
     total = sum(r["total"] for r in counted) / 2
+    decoded = sum(r["sequential_decoded"] for r in counted) / 2
     base_n = n_tokens(BASELINE)
     acc_row = next(line for line in report.splitlines() if line.startswith("| Accuracy (no final answer"))
     assert "| 33.3% [" in acc_row and acc_row.endswith("| 100.0% [100.0, 100.0] |")
@@ -384,7 +386,7 @@ def test_report_files_table_and_figures(tmp_path: Path, tok_dir: Path, n_tokens)
     reduction = 100 * (1 - seq / base_n)
     assert f"| Sequential-token reduction vs baseline [95% CI] | {reduction:.1f}% [" in report
     # all three pair up in the <2000 bucket (two with text on both sides); baseline alone right on b, c
-    assert f"| <2000 | 3 | {base_n:,} | {seq:,.0f} | {reduction:.1f}% [" in report
+    assert f"| <2000 | 3 | {base_n:,} | {seq:,.0f} | {decoded:,.0f} | {reduction:.1f}% [" in report
     assert f"exact McNemar p = {mcnemar_exact(0, 2):.3f}" in report
     assert "![Sequential-token reduction by baseline length bucket](reduction_by_bucket.png)" in report
 
@@ -469,7 +471,12 @@ def test_reads_the_folders_orchestration_writes(tmp_path: Path, tok_dir: Path) -
     plan, execution, final = "Add them.\n Compute the sum. ", "Adding gives the sum.", "The answer is \\boxed{2}."
     assert sprint_rows[0]["executor"] == plain(execution)
     assert sprint_rows[0]["planner"] == plain(plan) + plain(final)
-    assert sprint_rows[0]["sequential"] == sprint_rows[0]["total"] == plain(plan) + plain(execution) + plain(final)
+    assert sprint_rows[0]["sequential"] == plain(plan) + plain(execution) + plain(final)
+    # total: the generated text after the question, tags included
+    body = ("<Plan_1>\nAdd them.\n<prompt_1.1> Compute the sum. </prompt_1.1>\n</Plan_1>\n\n<Execution_1>\n"
+            "<execution_1.1>\nAdding gives the sum.\n</execution_1.1>\n</Execution_1>\n\n"
+            "<Final_answer>\nThe answer is \\boxed{2}.\n</Final_answer>")
+    assert sprint_rows[0]["total"] == plain(body)
     base_rows = ev.metrics["baselines"][0]["problems"]
     assert [r["correct"] for r in base_rows] == [False, False, True]  # it always says 4
     assert all(r["sequential"] == plain(generation) for r in base_rows)

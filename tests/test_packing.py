@@ -629,18 +629,19 @@ def test_pack_stage_folder_writes_sft_files(tmp_path: Path, capsys):
     assert "kept" in printed and "low_parallelization" in printed
 
     records = read_jsonl(out / "records.jsonl")
-    assert len(records) == 40  # the failed stage-2 record is not an input of a stage folder
+    assert len(records) == 41  # the failed stage-2 record is counted too (upstream_failed)
     kept = [r for r in records if r["status"] == "ok"]
-    expected_dropped = {"low_parallelization": 8, "no_boxed": 4}  # i%5==4 -> 8 chains; i%7==6 and i%5!=4 -> 4
+    # i%5==4 -> 8 chains; i%7==6 and i%5!=4 -> 4; the failed stage-2 record
+    expected_dropped = {"low_parallelization": 8, "no_boxed": 4, "upstream_failed": 1}
     assert summary["dropped"] == expected_dropped
     assert summary["kept"] == len(kept) == 40 - 12
     train, test = read_jsonl(out / "train.jsonl"), read_jsonl(out / "test.jsonl")
-    assert len(test) == round(len(kept) * 0.1) and len(train) + len(test) == len(kept)
+    assert len(test) == 3 and len(train) + len(test) == len(kept)  # ceil(28 * 0.1)
     assert {r["id"] for r in train} == {r["id"] for r in kept if r["split"] == "train"}
     assert json.loads((out / "summary.json").read_text())["kept"] == len(kept)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["stage"] == "pack" and manifest["counts"] == {"ok": 28, "dropped": 12}
-    assert manifest["inputs"]["rows"] == 40
+    assert manifest["stage"] == "pack" and manifest["counts"] == {"ok": 28, "dropped": 13}
+    assert manifest["inputs"]["rows"] == 41
 
     # exactly the messages layout, and the assistant turn parses back to the same body
     row = train[0]
@@ -852,6 +853,7 @@ def test_upstream_failures_count_the_same_from_a_folder_or_its_file(tmp_path: Pa
     assert rec["status"] == "dropped" and "llm_timeout" in rec["error"]
     # a range selects records of the folder as it does of the file
     assert pack(str(stage), tmp_path / "c", range_spec="4:6")["dropped"] == {"upstream_failed": 1}
+    assert pack(str(stage), tmp_path / "d", range_spec="-2:")["dropped"] == {"upstream_failed": 1}  # loaded whole
 
 
 def test_comments_option_cli_manifest_and_summary(tmp_path: Path):

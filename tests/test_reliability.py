@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -170,9 +172,10 @@ def test_orchestration_of_30_problems_under_faults_loses_nothing(tmp_path: Path,
                 "--executor-retries", "2", "--problem-retries", "0", "--no-progress"]
 
     with FakeServer(solver, faults=plan) as srv:
-        assert cli_main(command(srv.base_url)) == 0
+        assert cli_main(command(srv.base_url)) == 3  # finished, with failed problems (README "Exit codes")
         seen = Counter(f or "none" for f in srv.faults_seen)
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert srv.errors == []
     records = read_records(out)
     by_status = Counter(r["status"] for r in records)
@@ -182,6 +185,7 @@ def test_orchestration_of_30_problems_under_faults_loses_nothing(tmp_path: Path,
               f"failures by kind {dict(by_kind)}; correct {sum(bool(r['correct']) for r in records)}; "
               f"the CLI printed: {printed.strip()!r}")
     assert f"{N} problems ({by_status['error']} errors)" in printed  # the counts reach the user
+    assert f"{by_status['error']} problems failed (" in captured.err and "retry them with: sprint orchestrate " in captured.err
     assert seen["5xx"] > 0 and seen["timeout"] > 0 and seen["garbage"] > 0
     assert by_status["ok"] > 0 and by_status["error"] > 0  # both outcomes happen at these rates
 
@@ -525,3 +529,100 @@ def test_components_against_a_server_that_dies_stop_in_seconds_and_the_rerun_com
     final = read_records(out)
     assert sorted(r["id"] for r in final) == sorted(r["id"] for r in rows) and all(r["status"] == "ok" for r in final)
     print(f"components noticed the dead server in {elapsed:.1f}s")
+
+
+def replay_recordings(folder: Path, n: int) -> str:
+    """`n` recorded SPRINT trajectories (two parallel executions each) for the replay server, and their dataset."""
+    from sprint.trajectory import Execution, Phase, Trajectory, render_prompt
+
+    folder.mkdir()
+    rows = []
+    for i in range(n):
+        plan = "\n".join(["Two ways.", render_prompt("1.1", f"Add {i} and {i}."), render_prompt("1.2", f"Double {i}.")])
+        traj = Trajectory(f"What is {i} + {i}?", [Phase(1, plan, [Execution("1.1", f"{i} + {i} = {2 * i}."),
+                                                                Execution("1.2", f"2 * {i} = {2 * i}.")])],
+                          f"Both say \\boxed{{{2 * i}}}.")
+        (folder / f"planner_trajectory_{i}.txt").write_text(traj.render() + "\n", encoding="utf-8")
+        rows.append({"problem": traj.question, "answer": str(2 * i), "unique_id": f"r{i}"})
+    return str(write_jsonl(folder.parent / "replay_data.jsonl", rows))
+
+
+@pytest.mark.slow
+def test_a_replay_server_killed_mid_run_ends_the_run_in_seconds_and_the_same_command_completes_it(tmp_path: Path) -> None:
+    """The issue's case: the server dies 1/4 into a 30-problem run. Before: every remaining problem was
+    retried for a minute of warnings, then exit 0. Now: exit 4 within seconds with one line, each
+    problem recorded at most once (failed ones retryable, attempts as made), and the same command,
+    once the server is back, finishes the run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from test_resume_all import cli_env, complete_lines
+
+    from sprint.replay_server import DEFAULT_MODEL
+    from sprint.serve import free_port
+
+    n = 30
+    data = replay_recordings(tmp_path / "recorded", n)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    server_cmd = [sys.executable, "-m", "sprint", "replay-server", str(tmp_path / "recorded"), "--port", str(port),
+                  "--tokenizer", "words", "--ms-per-token", "40", "--ttft-base", "0.05"]
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "sprint", "orchestrate", "--planner-model", DEFAULT_MODEL, "--planner-url", url,
+               "--data", data, "--out-dir", str(out), "--prompt-mode", "raw", "--max-problem-workers", "4",
+               "--no-progress"]
+
+    def start_server(log: Path) -> subprocess.Popen:
+        proc = subprocess.Popen(server_cmd, cwd=REPO, env=cli_env(), stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = time.monotonic() + 60
+        while "replay server at" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        return proc
+
+    server = start_server(tmp_path / "server1.log")
+    try:
+        run = subprocess.Popen(command, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while len(complete_lines(out / "records.jsonl")) < n // 4:
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.02)
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        killed = time.monotonic()
+        stdout, stderr = run.communicate(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+    assert run.returncode == 4, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    assert re.fullmatch(rf"error: server at {re.escape(url)} stopped answering after 10 connection failures in a "
+                        r"row, \d+ problems not done; rerun the same command to continue", errors[0]), errors
+    assert took < 20, f"the run went on for {took:.1f}s after the server died"
+    records = read_records(out)
+    assert len({r["id"] for r in records}) == len(records) < n
+    failed = [r for r in records if r["status"] != "ok"]
+    for r in failed:
+        assert r["retryable"] and r["error_kind"] == "connection", r
+        # attempts as made: the breaker trips before any call has used up its retries, and a problem is
+        # not re-run once it has (that re-run would fail at once and count as a second attempt)
+        assert r["attempts"] == 1 and {c["run"] for c in r["calls"]} == {1}, r
+    print(f"server killed after {n - len(failed) - (n - len(records))} ok records: the run ended {took:.1f}s later "
+          f"with {len(failed)} retryable failures and {n - len(records)} problems not started")
+
+    server = start_server(tmp_path / "server2.log")  # the server is back on the same address
+    try:
+        again = subprocess.run(command, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=300)
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    assert again.returncode == 0, again.stderr[-3000:]
+    final = read_records(out)
+    assert sorted(r["id"] for r in final) == sorted(f"r{i}" for i in range(n))
+    assert all(r["status"] == "ok" and r["correct"] for r in final)

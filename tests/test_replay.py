@@ -484,7 +484,7 @@ def test_cli_flags_build_the_server_config(capsys: pytest.CaptureFixture):
         ["replay-server", "d", "--ms-per-token", "20", "--ttft-per-token", "0.1", "--capacity", "3", "--faults", "5xx=0.5,seed=2"]
     )
     config = config_from(ReplayConfig, args)
-    assert config.latency == LatencyModel(0.025, 0.0001, 0.02, 0.01, 3)
+    assert config.latency == LatencyModel(LatencyModel.ttft_base_s, 0.0001, 0.02, LatencyModel.batch_slowdown, 3)
     assert config.faults == FaultPlan(rate_5xx=0.5, seed=2) and config.port == 8000
     assert config_from(ReplayConfig, build_parser(["replay-server"]).parse_args(["replay-server", "d"])).faults is None
     for bad in (["--time-scale", "-1"], ["--ms-per-token", "-3"], ["--faults", "nonsense=1"]):

@@ -42,7 +42,7 @@ from sprint.orchestration import OrchestrationConfig, orchestrate
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "test-model"
 DELAY = 0.25  # seconds per answer: slow enough for a kill to land half way
-TIMING_KEYS = {"start", "end", "cached", "elapsed"}  # differ between any two runs
+TIMING_KEYS = {"start", "end", "cached", "elapsed", "server"}  # differ between any two runs (server: its port)
 TOKENIZER_DIR = "tokenizers/deepseek-r1-distill-qwen-7b"
 
 

@@ -24,7 +24,8 @@ QUESTION = "What is (2+3)+(4+5)?"
 # Phase 1: plan "Split the sum." + two prompts (3 + 4 + 4 = 11 words); prefix up to prompt 1.1 = 7,
 # up to prompt 1.2 = 11; executions 5 words each -> phase cost max(11, 7+5, 11+5) = 16.
 # Phase 2: plan "Combine: 5 + 9." = 4, no prompt -> 4. Final "The sum is \boxed{14}." = 4.
-# Sequential = 16 + 4 + 4 = 24; total = planner (11 + 4 + 4) + executors (5 + 5) = 29.
+# Sequential = 16 + 4 + 4 = 24. Total = every word after the question, tags included (each tag one word):
+# Plan_1 block 17 + Execution_1 block 16 + Plan_2 block 6 + Execution_2 block 6 + Final_answer block 6 = 51.
 PARALLEL = """<Question>
 What is (2+3)+(4+5)?
 </Question>
@@ -58,7 +59,7 @@ The sum is \\boxed{14}.
 </Final_answer>"""
 
 # The same work one step after the other: phase 1 = 7 + 5 = 12, phase 2 = ("Next part." 2 + 4) + 5
-# = 11, phase 3 = 4, final 4 -> sequential 31 (= total: nothing runs in parallel).
+# = 11, phase 3 = 4, final 4 -> sequential 31 (nothing runs in parallel).
 SEQUENTIAL = """<Question>
 What is (2+3)+(4+5)?
 </Question>
@@ -125,8 +126,9 @@ MATH = get_task("math")
 def test_token_accounting_of_hand_written_trajectories():
     par = trajectory_infos(PARALLEL, words)
     seq = trajectory_infos(SEQUENTIAL, words)
-    assert (par["sequential_tokens"], par["total_tokens"]) == (24, 29)
-    assert (seq["sequential_tokens"], seq["total_tokens"]) == (31, 31)
+    assert (par["sequential_tokens"], par["total_tokens"]) == (24, 51)
+    # total: blocks Plan_1 11 + Execution_1 9 + Plan_2 10 + Execution_2 9 + Plan_3 6 + Execution_3 6 + Final 6
+    assert (seq["sequential_tokens"], seq["total_tokens"]) == (31, 57)
     assert (par["num_phases"], par["num_prompts"], par["executed_prompts"]) == (2, 2, 2)
     assert (seq["num_phases"], seq["num_prompts"], seq["executed_prompts"]) == (3, 2, 2)
     assert par["parses"] and seq["parses"] and par["final_answer"] == "The sum is \\boxed{14}."

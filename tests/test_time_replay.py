@@ -15,8 +15,9 @@ import pytest
 
 from sprint import cli
 from sprint.baseline import BaselineConfig, baseline
-from sprint.latency import LatencyModel
-from sprint.latency_fit import CallSample, decode_concurrency, fit_latency, model_from_file, summarize_timing
+from sprint.latency import LatencyModel, load_latency_model
+from sprint.latency_fit import CallSample, decode_concurrency, fit_latency, summarize_timing, timing_table
+from sprint.replay_server import ReplayConfig
 from sprint.orchestration import OrchestrationConfig, orchestrate
 from sprint.time_replay import (
     Engine,
@@ -286,7 +287,7 @@ def test_fit_recovers_known_parameters_within_5_percent(truth: LatencyModel) -> 
     assert fit.duration_mape < 0.02 and fit.concurrency_range[1] > 3 and not fit.note
 
 
-def test_fit_without_overlap_says_batch_slowdown_is_unknown(tmp_path: Path) -> None:
+def test_fit_without_overlap_says_batch_slowdown_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     truth = LatencyModel(0.05, 1e-4, 0.01, 0.0)
     arrivals = [(10.0 * i, 100 * i + 10, 20 + i) for i in range(6)]
     fit = fit_latency([simulate(truth, arrivals)])
@@ -295,7 +296,12 @@ def test_fit_without_overlap_says_batch_slowdown_is_unknown(tmp_path: Path) -> N
     assert decode_concurrency(simulate(truth, arrivals)) == pytest.approx([1.0] * 6)
     path = tmp_path / "latency.json"
     path.write_text(json.dumps(fit.as_dict()))
-    assert model_from_file(path) == fit.model
+    assert load_latency_model(path) == fit.model
+    # the replay server simulates the fitted hardware (its --capacity still applies)
+    served = ReplayConfig(latency_from=str(path), capacity=3).latency
+    assert served is not None and served.s_per_token == fit.model.s_per_token and served.capacity == 3
+    assert cli.main(["replay-server", str(tmp_path), "--latency-from", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read the latency model" in capsys.readouterr().err
 
 
 def test_fit_latency_command_writes_the_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -308,7 +314,7 @@ def test_fit_latency_command_writes_the_model(tmp_path: Path, capsys: pytest.Cap
     assert cli.main(["fit-latency", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "s_per_token" in out and "fit error" in out
-    assert model_from_file(tmp_path / "latency.json").s_per_token == pytest.approx(0.008, rel=0.05)
+    assert load_latency_model(tmp_path / "latency.json").s_per_token == pytest.approx(0.008, rel=0.05)
     assert cli.main(["fit-latency", str(tmp_path / "nowhere")]) == 2
 
 
@@ -339,6 +345,9 @@ def test_real_vllm_honours_forced_lengths_and_reports_cache_hits(tmp_path: Path,
                            warmup=1, resamples=200)
     timing = time_replay(cfg)
     s = timing["summary"]
+    table = timing_table(timing)
+    print("\n" + table)  # the measured SPRINT-vs-sequential table (pytest -s shows it)
+    assert f"forced lengths honoured {s['calls']}/{s['calls']} calls" in table
     assert s["calls"] == s["forced_ok"] == 2 * 19 + 3  # two schedules x (7 + 6 + 6 calls) + 3 baseline calls
     for method in ("barrier", "stream", "baseline"):
         assert s["methods"][method]["problems"] == 3 and s["methods"][method]["failed_calls"] == 0
@@ -417,3 +426,23 @@ def test_gpu_script_dry_run_builds_the_7b_shape_and_prints_its_commands(tmp_path
     assert "outputs/sprint" in replay and "--baseline outputs/baseline" in replay and "--schedule both" in replay
     assert " fit-latency " in done.stdout
     assert not (tmp_path / "out" / "vllm.log").exists()  # a dry run starts nothing
+
+
+def test_run_script_times_then_fits(tmp_path: Path, shared_data: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    run, base = _recorded_runs(tmp_path, n=1)
+    root = Path(__file__).resolve().parents[1]
+    with FakeServer(_forced) as srv:
+        env = {**os.environ, "PYTHON": sys.executable, "RUN": str(run), "BASELINE": str(base), "SERVER_URL": srv.base_url,
+               "MODEL": "test-model", "TOKENIZER": str(shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"),
+               "SCHEDULE": "stream", "OUT_DIR": str(tmp_path / "out")}
+        done = subprocess.run(["bash", str(root / "run_time_replay.sh"), "--warmup", "0"], env=env, capture_output=True,
+                              text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "forced lengths honoured 8/8 calls" in done.stdout  # 7 stream calls (a redrawn plan) + 1 baseline call
+    assert "s_per_token" in done.stdout and (tmp_path / "out" / "latency.json").is_file()
+    bodies = [b for _, b in srv.completion_requests]
+    assert all(b["model"] == "test-model" for b in bodies) and len(bodies) == 8

@@ -110,7 +110,13 @@ def test_sequential_tokens_by_hand_with_word_counter():
     assert ph1.sequential == max(9, 5 + 4, 7 + 10) == 17
     assert counts.phases[1].sequential == 3
     assert counts.sequential == 17 + 3 + 2
-    assert counts.total == 9 + 4 + 10 + 3 + 2
+    # total: every word of the text after the question, tags included (a tag is one "word" here):
+    # Plan_1 block 15, Execution_1 block 1 + (1 + 4 + 1) + (1 + 10 + 1) + 1 = 20, Plan_2 block 5,
+    # Execution_2 block 1 + "No prompt to execute." 4 + 1 = 6, Final_answer block 4
+    assert counts.total == 15 + 20 + 5 + 6 + 4
+    # as decoded: phase 1 = max(plan block 15, "<Plan_1> a b <prompt_1.1> c d e </prompt_1.1>" 8 + execution
+    # block 6, 8 + "f <prompt_1.2> g </prompt_1.2>" 4 + execution block 12) = 24; phase 2 = 5; final block 4
+    assert counts.phases[0].decoded == 24 and counts.sequential_decoded == 24 + 5 + 4
     assert counts.planner == 9 + 3 + 2 and counts.executor == 14
 
 
@@ -136,5 +142,6 @@ def test_real_tokenizer_counts_example():
     first_end = plan.index("</prompt_1.1>") + len("</prompt_1.1>")
     assert ph1.prompt_prefixes[0] == count(strip_tags(plan[:first_end]))
     assert ph1.sequential == max(ph1.plan, *(p + e for p, e in zip(ph1.prompt_prefixes, ph1.executions)))
-    assert counts.total == ph1.plan + sum(ph1.executions) + counts.phases[1].plan + count(traj.final_answer)
-    assert counts.sequential < counts.total
+    assert counts.planner + counts.executor == ph1.plan + sum(ph1.executions) + counts.phases[1].plan + count(traj.final_answer)
+    assert counts.total == count(EXAMPLE.read_text().split("</Question>\n\n", 1)[1].rstrip("\n"))  # tags included
+    assert counts.sequential < counts.sequential_decoded < counts.total

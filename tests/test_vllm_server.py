@@ -85,7 +85,7 @@ def test_ensure_server_explains_how_to_start_one_when_nothing_listens() -> None:
     assert API_SERVER_MODULE in message
     assert "--served-model-name tiny" in message
     assert f"--port {port}" in message
-    assert "python -m sprint serve" in message
+    assert "sprint serve" in message
 
 
 class _ModelsHandler(BaseHTTPRequestHandler):
