@@ -44,6 +44,7 @@ SCHEDULE="${SCHEDULE:-}"                                  # barrier (the authors
 SEED="${SEED:-}"                                          # base of the per-call seeds; none: the server's choice
 TIMEOUT="${TIMEOUT:-}"                                    # seconds per model call
 MAX_RETRIES="${MAX_RETRIES:-}"                            # HTTP retries per call
+MAX_CONNECTION_FAILURES="${MAX_CONNECTION_FAILURES:-}"    # failed connections in a row that stop the run (exit 4)
 EXECUTOR_RETRIES="${EXECUTOR_RETRIES:-}"                  # tries of an executor call
 PROBLEM_RETRIES="${PROBLEM_RETRIES:-}"                    # re-runs of a problem after a transient failure
 AGENT_PROMPT="${AGENT_PROMPT:-}"                          # agent prompt file (none: no agent prompt)
@@ -81,6 +82,7 @@ flag --schedule "$SCHEDULE"
 flag --seed "$SEED"
 flag --timeout "$TIMEOUT"
 flag --max-retries "$MAX_RETRIES"
+flag --max-connection-failures "$MAX_CONNECTION_FAILURES"
 flag --executor-retries "$EXECUTOR_RETRIES"
 flag --problem-retries "$PROBLEM_RETRIES"
 flag --agent-prompt "$AGENT_PROMPT"

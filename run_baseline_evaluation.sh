@@ -34,6 +34,7 @@ THINK="${THINK:-1}"                                       # 0/false/no/off: do n
 SEED="${SEED:-}"                                          # base of the per-call seeds; none: the server's choice
 TIMEOUT="${TIMEOUT:-}"                                    # seconds per model call
 MAX_RETRIES="${MAX_RETRIES:-}"                            # HTTP retries per call
+MAX_CONNECTION_FAILURES="${MAX_CONNECTION_FAILURES:-}"    # failed connections in a row that stop the run (exit 4)
 PROBLEM_RETRIES="${PROBLEM_RETRIES:-}"                    # re-runs of a problem after a transient failure
 AGENT_PROMPT="${AGENT_PROMPT:-}"                          # agent prompt file (none: no agent prompt)
 AFFINITY_HEADER="${AFFINITY_HEADER:-}"                    # header with the problem id (default X-Session-Id; none: off)
@@ -60,6 +61,7 @@ flag --cache-dir "$CACHE_DIR"
 flag --seed "$SEED"
 flag --timeout "$TIMEOUT"
 flag --max-retries "$MAX_RETRIES"
+flag --max-connection-failures "$MAX_CONNECTION_FAILURES"
 flag --problem-retries "$PROBLEM_RETRIES"
 flag --agent-prompt "$AGENT_PROMPT"
 flag --affinity-header "$AFFINITY_HEADER"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -30,16 +31,19 @@ from sprint.trajectory import count_tokens, parse, token_counter
 TARGET_S = 4.0
 
 
-def _evaluate_once(sprint_dir: Path, base_dir: Path, out: Path, tokenizer: str, env: dict) -> tuple[float, dict]:
+def _evaluate_once(sprint_dir: Path, base_dir: Path, out: Path, tokenizer: str, env: dict) -> tuple[float, float, dict]:
     cmd = [sys.executable, "-m", "sprint", "evaluate", str(sprint_dir), "--baseline", str(base_dir),
            "--out", str(out), "--planner-tokenizer", tokenizer]
     t0 = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     metrics_file = out / "metrics.json"
     if not metrics_file.is_file():  # exit 1 only says some problems failed; no metrics is a real error
         raise SystemExit(f"evaluate failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-    return wall, json.loads(metrics_file.read_text(encoding="utf-8"))
+    return wall, cpu, json.loads(metrics_file.read_text(encoding="utf-8"))
 
 
 def _check_counts(metrics: dict, sprint_dir: Path, base_dir: Path, tokenizer: str) -> tuple[int, list[str], float]:
@@ -87,11 +91,12 @@ def main() -> int:
         walls = []
         for i in range(args.repeat):
             load = os.getloadavg()[0]
-            wall, metrics = _evaluate_once(sprint_dir, base_dir, Path(tmp) / f"eval{i}", tokenizer, env)
+            wall, cpu, metrics = _evaluate_once(sprint_dir, base_dir, Path(tmp) / f"eval{i}", tokenizer, env)
             walls.append(wall)
             t = metrics["timing"]
-            print(f"run {i + 1}: {wall:.2f} s wall from process start (load average {load:.1f} on {os.cpu_count()} "
-                  f"CPUs; inside: tokens {t['tokens_s']:.2f} s, grading {t['grading_s']:.2f} s)")
+            print(f"run {i + 1}: {wall:.2f} s wall from process start, {cpu:.2f} s CPU with the grading process "
+                  f"(load average {load:.1f} on {os.cpu_count()} CPUs; inside: tokens {t['tokens_s']:.2f} s, "
+                  f"grading {t['grading_s']:.2f} s)")
         s, b = metrics["runs"][0]["summary"], metrics["baselines"][0]["summary"]
         tokens = sum((r.get("total") or 0) for r in metrics["runs"][0]["problems"]) + \
             sum((r.get("total") or 0) for r in metrics["baselines"][0]["problems"])

@@ -197,9 +197,9 @@ def looks_like_path(source: str) -> bool:
         return True
     if s.count("/") != 1:
         return s.count("/") > 1
-    first, name = s.split("/", 1)
+    first = s.split("/", 1)[0]
     # the scripts' default folders (`outputs/dag_creation` before stage 2 ran) are never hub ids
-    return (bool(first) and Path(first).expanduser().is_dir()) or first == "outputs" or name in PRODUCERS
+    return first == "outputs" or (bool(first) and Path(first).expanduser().is_dir())
 
 
 def missing_path_message(source: str, flag: str | None = None) -> str:
@@ -213,7 +213,8 @@ def missing_path_message(source: str, flag: str | None = None) -> str:
         except OSError:
             pass
     name = near[0] if near else path.name
-    known = PRODUCERS.get(name) or PRODUCERS.get(next(iter(difflib.get_close_matches(name, list(PRODUCERS), n=1)), ""))
+    known = (PRODUCERS.get(name) or PRODUCERS.get(parent.name)
+             or PRODUCERS.get(next(iter(difflib.get_close_matches(name, list(PRODUCERS), n=1)), "")))
     text = f"{source!r} does not exist"
     if near:
         text += f" (did you mean {str(parent / near[0])!r}?)"

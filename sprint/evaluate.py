@@ -2,9 +2,11 @@
 
 Runs are read by `sprint.runs` (our run folders or the SPRINT authors' log layout). Nothing stored
 is trusted: answers are re-extracted from the text by the task adapter and re-graded. Token counts
-follow the trajectory model (`sprint.trajectory.count_tokens`); the tokenizer work is batched,
-which is what makes 500 trajectories take a couple of seconds. Numbers come from `sprint.metrics`,
-files from `sprint.report`.
+follow the trajectory model (`sprint.trajectory.count_tokens`). Speed (500 + 500 real-length
+trajectories, ~3 M tokens, report and plots: ~3 s on 2 cores, benchmarks/bench_evaluate.py):
+every distinct text piece is counted once by the fastest exact engine (`sprint.tokencount`),
+grading runs in a process started first, beside the counting, and matplotlib is imported while
+the grades are awaited. Numbers come from `sprint.metrics`, files from `sprint.report`.
 
     python -m sprint evaluate RUN [RUN ...] --baseline BASE [BASE ...] [--gold FILE] [--out DIR]
 """
@@ -337,7 +339,7 @@ class GradingProcess:
     @classmethod
     def start(cls, problems: int, workers: int | None) -> GradingProcess | None:
         """A grading process when the batch is large enough and processes are allowed (`--workers 0`: none)."""
-        if problems < GRADING_PROCESS_MIN or workers == 0 or (os.cpu_count() or 1) < 2:
+        if problems < GRADING_PROCESS_MIN or workers == 0 or (os.cpu_count() or 1) < 2 or not _spawn_safe():
             return None
         try:
             return cls()
@@ -356,7 +358,29 @@ class GradingProcess:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
-            proc.terminate()  # an abandoned batch (an error elsewhere): do not let it grade on
+            proc.terminate()  # idle now, or an abandoned batch (an error elsewhere): do not let it grade on
+            proc.join(timeout=1)
+
+
+_MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
+
+
+def _spawn_safe() -> bool:
+    """Can a spawned process start without re-running this program? A spawned child imports the
+    main script again; `python -m pkg`, the console script and interactive sessions are safe, a
+    script without an `if __name__ == "__main__":` guard is not (it would evaluate again), so
+    such a caller grades in a thread instead."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name.endswith("__main__"):
+        return True
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return True
+    try:
+        return bool(_MAIN_GUARD.search(Path(path).read_text(encoding="utf-8", errors="replace")))
+    except OSError:
+        return False
 
 
 def _timed_grade(task: TaskAdapter, preds: list[str | None], golds: list[Any],

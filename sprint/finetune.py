@@ -29,8 +29,9 @@ from typing import Any
 
 import yaml
 
+from sprint.data import missing_path_message
 from sprint.errors import UserError
-from sprint.options import HelpFormatter, add_command, add_options, config_from, option
+from sprint.options import HelpFormatter, add_command, add_options, config_from, flag_name, option
 from sprint.sft_check import check_sft
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -398,6 +399,10 @@ def command_env(command: SwiftCommand) -> dict[str, str]:
 
 
 def _check_data(options: FinetuneOptions, tokenizer: str | None, command: SwiftCommand) -> None:
+    for field in ("train_data", "val_data"):  # before the tokenizer: a missing file is the likelier mistake
+        path = getattr(options, field)
+        if path and not Path(path).expanduser().exists():
+            raise UserError(missing_path_message(path, flag_name(FinetuneOptions, field)))
     args = _argv_values(command.argv)
     max_length = int(args.get("max_length", ["0"])[0]) or None
     if max_length is None:

@@ -20,7 +20,7 @@ from typing import Any
 from sprint.data import safe_id
 from sprint.errors import UserError, failed_items_exit
 from sprint.llm import DEFAULT_MAX_CONNECTION_FAILURES, TRANSIENT_KINDS, Completion, LLMConfig, OnText, Sampling
-from sprint.options import HelpFormatter, add_options, check_range, config_from, optional_int, option
+from sprint.options import HelpFormatter, add_options, check_range, config_from, flag_name, optional_int, option
 from sprint.prompt_format import APIS, PROMPT_MODES, PromptFormat, build_prompt_format, load_agent_prompt
 from sprint.records import RunDir, atomic_write
 from sprint.replicas import AFFINITY_HEADER, ReplicaPool, split_urls
@@ -388,7 +388,7 @@ class InferenceRun:
     def open(cls, cfg: InferenceOptions, stage: str, model: str, *, think: bool = True, overwrite: bool = False,
              retry_failed: bool = True) -> InferenceRun:
         task = get_task(cfg.task, seed=cfg.seed or 0)
-        problems = load_problems(task, cfg.data, cfg.split, cfg.subset, cfg.range)
+        problems = load_problems(task, cfg.data, cfg.split, cfg.subset, cfg.range, flag=flag_name(type(cfg), "data"))
         agent_prompt = load_agent_prompt(cfg.agent_prompt)
         tokenizer = cfg.tokenizer or cfg.model_path or model
         fmt = build_prompt_format(cfg.prompt_mode, cfg.api, tokenizer, agent_prompt, think=think)

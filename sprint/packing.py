@@ -43,11 +43,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from sprint.data import (QUESTION_COLUMNS, Item, check_stage_input, fingerprint, iter_jsonl, load_items, parse_range,
-                         resolve_local, to_item)
+                         resolve_local, short_reason, to_item)
 from sprint.errors import UserError, failed_items_exit
 from sprint.options import add_command, config_from, flag_name, option
 from sprint.prompt_format import sft_user_content
-from sprint.records import RunDir, atomic_write, text_hash, write_jsonl
+from sprint.records import RunDir, atomic_write, text_hash
 from sprint.trajectory import TAG_RE, Execution, Phase, Trajectory, render_prompt, render_question
 
 
@@ -510,7 +510,7 @@ def push_dataset(train: list[dict], test: list[dict], repo: str) -> None:
         dd.push_to_hub(repo)
     except Exception as exc:  # auth, network, bad repo id
         raise UserError(
-            f"push to the Hugging Face hub ({repo!r}) failed: {type(exc).__name__}: {str(exc)[:300]}; "
+            f"push to the Hugging Face hub ({repo!r}) failed: {short_reason(exc)}; "
             "check `huggingface-cli login` and the repo id, or drop --push-to-hub (the local files are written)"
         ) from None
 

@@ -5,7 +5,8 @@ timing of a real GPU server, so schedules can be compared in seconds rather than
 
 - which recording answers a request is `sprint.replay`'s business (`resolve`);
 - generation follows `sprint.latency.LatencyModel`: prefill, then one decode step per token,
-  slower with the number of sequences decoding at once, at most `capacity` sequences at once;
+  slower with the number of sequences decoding at once, at most `capacity` sequences at once
+  (the others wait in a queue ordered by vLLM's per-request `priority`, then arrival: `PrioritySlots`);
   `time_scale` multiplies every delay so tests and benchmarks can run faster than real time;
 - `stop`, `max_tokens`, streaming (SSE, token by token) and `usage` behave as in vLLM
   (`sprint.wire`, shared with the scripted test server);
@@ -71,7 +72,8 @@ class ReplayConfig:
     ms_per_token: float = option(_ms(LatencyModel.s_per_token), "decode ms per token for one sequence", metavar="MS")
     batch_slowdown: float = option(LatencyModel.batch_slowdown, "relative slowdown per extra decoding sequence")
     capacity: int | None = option(
-        LatencyModel.capacity, "max sequences served at once; more queue (default: unlimited)"
+        LatencyModel.capacity, "max sequences served at once; more wait, lowest `priority` (vLLM's per-request "
+        "field) first, then in arrival order (default: unlimited)"
     )
     latency_from: str | None = option(
         None, "latency model fitted to your hardware by `sprint fit-latency` (its latency.json); replaces the "

@@ -294,8 +294,11 @@ def load_problems(
     split: str | None = None,
     subset: str | None = None,
     range_spec: str | None = None,
+    flag: str | None = None,
 ) -> list[Problem]:
-    """Load, slice and adapt a dataset; `split=None` means the task's usual evaluation split."""
+    """Load, slice and adapt a dataset; `split=None` means the task's usual evaluation split.
+
+    `flag`: the option (and script variable) `source` came from, named when it does not exist."""
     items = load_items(
         source,
         split=split or task.default_split,
@@ -303,5 +306,6 @@ def load_problems(
         range_spec=range_spec,
         id_col=task.id_column,
         require=task.required,
+        flag=flag,
     )
     return [task.problem(item) for item in items]

@@ -46,7 +46,7 @@ from sprint.trajectory import Trajectory, parse
 log = logging.getLogger(__name__)
 
 DEFAULT_TOKENIZER = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"  # SPRINT's base model, as evaluate counts
-DECODED_KEYS = ("sequential_decoded", "sequential_as_decoded", "sequential_tokens_decoded")
+DECODED_KEY = "sequential_decoded"  # evaluate's sequential tokens as decoded (tags included), when it gives them
 
 
 @dataclass
@@ -326,7 +326,8 @@ def _pct(value: Any) -> str:
 
 def decoded_tokens(row: dict) -> int | None:
     """Sequential tokens as decoded (tags included), when the evaluation gives them."""
-    return next((row[k] for k in DECODED_KEYS if isinstance(row.get(k), (int, float))), None)
+    value = row.get(DECODED_KEY)
+    return value if isinstance(value, (int, float)) else None
 
 
 def warnings_of(row: dict, pv: ProblemView | None = None) -> list[str]:

@@ -157,6 +157,7 @@ def scratch(root: Path, name: str) -> Path:
     (tmp / "empty_folder").mkdir(exist_ok=True)
     (tmp / "corrupt_run").mkdir(exist_ok=True)
     (tmp / "corrupt_run" / "manifest.json").write_text('{"stage": "compo')
+    (tmp / "corrupt_run" / "records.jsonl").write_text('{"id": "x", "status": "ok"}\n')  # records to protect
     rows = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(2)]
     (tmp / "problems.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return tmp
@@ -266,7 +267,7 @@ def test_bad_rows_do_not_stop_the_curation_run(tmp_path: Path) -> None:
     inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with FakeServer(good_components) as srv:
         result = run_subprocess(["components", "-i", str(inp), "-o", str(tmp_path / "c"), *llm(srv.base_url)])
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # finished, with failed rows (README "Exit codes")
     assert "Traceback" not in result.stderr and "error:" not in result.stderr
     got = records_of(tmp_path / "c")
     status = {i: (r["status"], r["error"]) for i, r in got.items()}
@@ -286,7 +287,7 @@ def test_malformed_components_are_recorded_by_the_dag_stage(tmp_path: Path, caps
     with FakeServer(lambda body, endpoint: "{1: []}") as srv:
         rc = cli_main(["dag", "-i", str(CORPUS / "components_malformed.jsonl"), "-o", str(tmp_path / "d"), *llm(srv.base_url)])
         assert not srv.completion_requests
-    assert rc == 0
+    assert rc == 3  # finished, every item failed (README "Exit codes")
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
     got = records_of(tmp_path / "d")
     assert {r["status"] for r in got.values()} == {"invalid_components"}
@@ -323,7 +324,7 @@ def test_odd_ids_stay_inside_the_output_folder_and_stay_distinct(tmp_path: Path)
 def test_a_dag_that_is_a_list_drops_that_trace_only(tmp_path: Path, capsys) -> None:
     rc = cli_main(["pack", "-i", str(CORPUS / "dag_field_is_list.jsonl"), "-o", str(tmp_path / "p"), "--test-frac", "0"])
     out = capsys.readouterr().out
-    assert rc == 0
+    assert rc == 3  # finished; a trace could not be packed (README "Exit codes")
     got = records_of(tmp_path / "p")
     assert got["dag-list"]["status"] == "dropped" and got["dag-list"]["reason"] == "invalid_dag"
     assert "dag must be a {node: [parents]} object, got list" in got["dag-list"]["error"]

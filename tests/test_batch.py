@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fake_server import FakeServer, Reply
 from test_components import MODEL, by_question, good_answer, load_traces, records_of, write_jsonl
+from test_dag import stage1_dir  # noqa: F401 - a fixture
 
 from sprint.batch import collect, requests_text
 from sprint.components import COMPONENTS_STAGE, separate_components
@@ -228,3 +229,19 @@ def test_script_variables_tpm_rpm_batch(tmp_path: Path) -> None:
         assert srv.batches.created == 1 and online_requests(srv) == 3
     usage = json.loads((tmp_path / "b" / "manifest.json").read_text())["usage"]["this_run"]
     assert usage["rate_limiter"]["tpm"] == 600000 and usage["rate_limiter"]["rpm"] == 6000
+
+
+def test_stage2_in_batch_mode_writes_the_online_records(tmp_path: Path, stage1_dir: tuple[Path, list[dict]]) -> None:
+    from test_dag import run_stage2
+
+    components_dir, rows = stage1_dir
+    handler = by_question(rows, lambda row: row["scripted_dag"])
+    with FakeServer(handler) as srv:
+        run_stage2(components_dir, tmp_path / "batch", srv.base_url, batch=True, batch_poll=0.02,
+                   cache_dir=str(tmp_path / "c1"), timeout=5.0)
+        assert srv.batches.created == 1 and online_requests(srv) == 0
+        run_stage2(components_dir, tmp_path / "online", srv.base_url, cache_dir=str(tmp_path / "c2"), timeout=5.0)
+    batch, online = records_of(tmp_path / "batch"), records_of(tmp_path / "online")
+    assert set(batch) == set(online) and len(batch) > 5
+    for item_id, rec in batch.items():
+        assert (rec["status"], rec.get("dag")) == (online[item_id]["status"], online[item_id].get("dag"))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fake_server import FakeServer, Reply
-from test_components import by_question, good_answer, load_traces, question_in, write_jsonl
+from test_components import good_answer, load_traces, question_in, write_jsonl
 from test_reliability import problems_file, solver
 from test_resume_all import TOKENIZER_DIR, cli_env, shared_data, sprint_run
 
@@ -304,3 +304,33 @@ def test_shell_scripts_pass_the_exit_code_through(tmp_path: Path) -> None:
         env["OUT_DIR"] = str(tmp_path / "o2")
         proc = run_script("run_agent_orchestration.sh", env)
         assert proc.returncode == EXIT_USER and "not served" in one_line_error(proc.stderr.splitlines()[-1])
+
+
+def test_no_server_answering(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With the start check: exit 2 and nothing left behind. Without it (--no-check): the breaker ends the
+    run in seconds with exit 4 instead of trying every item in full (before: exit 0, `llm_connection: 8`)."""
+    import time
+
+    from sprint.errors import EXIT_SERVER_STOPPED
+    from sprint.serve import free_port
+
+    rows = load_traces() * 2
+    rows = [{**r, "id": f"{r['id']}-{i}", "question": f"{r['question']} ({i})"} for i, r in enumerate(rows)]
+    traces = str(write_jsonl(tmp_path / "traces.jsonl", rows))
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    out = tmp_path / "c"
+    cmd = ["components", "-i", traces, "-o", str(out), "--model", MODEL, "--server-url", dead, "--no-progress"]
+    assert cli_main(cmd) == EXIT_USER
+    assert "no server answers" in one_line_error(capsys.readouterr().err) and not out.exists()
+    started = time.monotonic()
+    assert cli_main([*cmd, "--no-check"]) == EXIT_SERVER_STOPPED
+    took = time.monotonic() - started
+    err = one_line_error(capsys.readouterr().err)
+    assert err == (f"error: server at {dead} stopped answering after 10 connection failures in a row, "
+                   f"{len(rows)} items not done; rerun the same command to continue")
+    assert took < 10, took
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert records and all(r["status"] == "llm_connection" and r["retryable"] for r in records)
+    with FakeServer(curation_answer(rows)) as srv:  # the server is up: the same folder completes
+        assert cli_main([a if a != dead else srv.base_url for a in cmd]) == EXIT_OK
+    assert len((out / "records.jsonl").read_text().splitlines()) == len(rows)

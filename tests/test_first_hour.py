@@ -23,7 +23,7 @@ import pytest
 from fake_server import FakeServer
 
 from sprint.cli import main as cli_main
-from sprint.data import looks_like_path
+from sprint.data import hub_problem, looks_like_path
 from sprint.options import FALSE_WORDS, TRUE_WORDS, parse_bool
 from sprint.trajectory import Execution, Phase, Trajectory, parse, question_span
 
@@ -161,7 +161,7 @@ def _closed_port() -> int:
     ("offline", "HF_HUB_OFFLINE=1 is set"), ("no-such-host", "no-such-host.invalid"), ("refused", "refused"),
     ("silent", "timed out|did not answer within"), ("http-500", "HTTP 500"), ("http-404", "has no dataset 'someorg/typo-dataset'"),
 ])
-def test_an_unusable_hub_is_one_line_within_3_seconds(case: str, says: str, tmp_path: Path) -> None:
+def test_an_unusable_hub_is_one_line_within_3_seconds(case: str, says: str, tmp_path: Path, monkeypatch) -> None:
     """A hub id when the hub cannot give it: one line, no retry warnings, under 3 s (was 25-48 s)."""
     extra = {
         "offline": {"HF_HUB_OFFLINE": "1"},
@@ -176,8 +176,22 @@ def test_an_unusable_hub_is_one_line_within_3_seconds(case: str, says: str, tmp_
     line = one_error_line(result)
     assert line.startswith("error: cannot load dataset 'someorg/typo-dataset': it is not a local file or folder")
     assert re.search(says, line) and "SPRINT_LOCAL_DATA" in line and "WARNING" not in result.stderr
-    assert seconds < startup_seconds("components", tmp_path) + 3, seconds
     assert not (tmp_path / "out").exists()
+    # the check itself, timed in this process: within 3 s whatever the hub does (the whole command
+    # adds its start-up, which a loaded test machine stretches: bounded loosely)
+    assert seconds < startup_seconds("components", tmp_path) + 4, seconds
+    with server as url:
+        if case == "silent" or case.startswith("http"):
+            extra = {"HF_ENDPOINT": url}
+        for key in ("HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTP_PROXY",
+                    "http_proxy"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in extra.items():
+            monkeypatch.setenv(key, value)
+        started = time.monotonic()
+        problem = hub_problem("someorg/typo-dataset")
+        elapsed = time.monotonic() - started
+    assert problem is not None and re.search(says, problem) and elapsed < 3, (problem, elapsed)
 
 
 def test_a_typo_in_the_finetune_model_is_one_line_fast(tmp_path: Path) -> None:

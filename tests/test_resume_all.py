@@ -212,9 +212,12 @@ def kill_and_resume_llm_stage(
         first_keys = {request_key(e, b) for e, b in srv.completion_requests if "max_tokens" in b}
         assert in_cache and in_cache <= first_keys, "cache keys are not rebuilt as the client builds them"
 
+        assert (out / ".sprint.lock").exists()  # kill -9 leaves the lock file; its lock died with the process
         again = run_cli(argv)
         assert again.returncode == 0, again.stdout + again.stderr
         assert "Traceback" not in again.stderr
+        assert f"taking over the lock of {out} left by a run that is no longer running (pid {proc.pid} " in again.stderr
+        assert not (out / ".sprint.lock").exists()
         resumed = srv.completion_requests[before:]
         assert srv.errors == []
 

@@ -169,7 +169,7 @@ def test_rejected_keys_are_not_repeated_in_errors(tmp_path: Path) -> None:
                             "--out-dir", str(out / "o-echo"), "--prompt-mode", "raw", "--max-retries", "0", "--no-progress"],
                            logs / "o-echo.log")
     assert stopped.returncode == 2 and "authentication failure (HTTP 401)" in stopped.stderr and "***" in stopped.stderr
-    assert orchestrated.returncode == 0
+    assert orchestrated.returncode == 3  # finished, every problem failed (README "Exit codes")
     records = [json.loads(line) for line in (out / "o-echo" / "records.jsonl").read_text().splitlines()]
     assert records and all(r["status"] == "error" and r["error_kind"] == "auth" and "***" in r["error"] for r in records)
 
@@ -177,7 +177,7 @@ def test_rejected_keys_are_not_repeated_in_errors(tmp_path: Path) -> None:
     with FakeServer(echo(500)) as failing:
         llm = ["--model", MODEL, "--server-url", failing.base_url, "--no-progress", "--max-retries", "0"]
         failed = run(["components", "-i", str(traces), "-o", str(out / "c500"), *llm], logs / "c500.log")
-    assert failed.returncode == 0
+    assert failed.returncode == 3  # finished, every item failed (README "Exit codes")
     records = [json.loads(line) for line in (out / "c500" / "records.jsonl").read_text().splitlines()]
     assert records and all(r["status"] == "llm_server_error" and "***" in r["error"] for r in records)
 

@@ -149,6 +149,15 @@ def test_baseline_bar_is_not_part_of_the_path() -> None:
     assert TL.lanes(t.bars)[-1] == "baseline"
 
 
+def test_missing_figures_show_a_dash() -> None:
+    from sprint.view import ProblemView, _row
+
+    row = _row(ProblemView("p1", "run", None, None, {"id": "p1", "sequential": 10, "correct": True}), "p1.html")
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+    assert cells[4] == "10" and cells[5] == "–" and cells[6] == "–" and cells[7] == "–"  # decoded, baseline, reduction
+    assert cells[9] == "no text"
+
+
 def test_plan_html_highlights_and_escapes_prompts() -> None:
     phase = Phase(1, "Try <b>x</b>. " + render_prompt("1.1", "compute <script>alert(1)</script>") + " then")
     html = plan_html(phase)

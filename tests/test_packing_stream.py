@@ -1,0 +1,53 @@
+"""Packing streams its input and writes as it goes: the outputs equal what the whole-input path gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_packing import read_jsonl, synthetic_rows
+
+from sprint.data import load_items
+from sprint.errors import UserError
+from sprint.packing import PackConfig, PackInput, pack, split_ids
+
+
+def _rows(n: int) -> list[dict]:
+    rows = synthetic_rows(n)
+    rows[7]["id"] = rows[3]["id"]  # a duplicate id: renamed as load_items renames it
+    return rows
+
+
+def test_streamed_outputs_equal_the_whole_input_path(tmp_path: Path) -> None:
+    rows = _rows(60)
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "in.json").write_text(json.dumps(rows))  # a .json file is loaded whole
+    assert PackInput.open(PackConfig(data=str(jsonl), out_dir="x")).loaded is None
+    assert PackInput.open(PackConfig(data=str(tmp_path / "in.json"), out_dir="x")).loaded is not None
+
+    pack(str(jsonl), tmp_path / "streamed", seed=11, range_spec="2:50")
+    pack(str(tmp_path / "in.json"), tmp_path / "whole", seed=11, range_spec="2:50")
+    for name in ("records.jsonl", "train.jsonl", "test.jsonl"):
+        assert (tmp_path / "streamed" / name).read_text() == (tmp_path / "whole" / name).read_text(), name
+    records = read_jsonl(tmp_path / "streamed" / "records.jsonl")
+    items = load_items(str(jsonl), range_spec="2:50")
+    assert [r["id"] for r in records] == [it.id for it in items]  # same ids, same order, duplicate renamed
+    assert all(list(r)[-1] == "split" for r in records)
+    kept = [r["id"] for r in records if r["status"] == "ok"]
+    train, test = split_ids(kept, 0.1, 11)  # the seeded split of the kept ids, unchanged
+    assert {r["id"] for r in records if r["split"] == "test"} == test
+    assert {r["id"] for r in records if r["split"] == "train"} == train
+    assert [r["id"] for r in read_jsonl(tmp_path / "streamed" / "train.jsonl")] == [i for i in kept if i in train]
+    assert not list((tmp_path / "streamed").glob("*.tmp"))  # working files gone
+
+
+def test_stream_input_errors_leave_no_outputs(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": f"r{i}", "components": [], "dag": {}}) + "\n" for i in range(3)))
+    with pytest.raises(UserError, match="no question column"):
+        pack(str(src), tmp_path / "out")
+    assert not (tmp_path / "out" / "records.jsonl").exists() and not list(tmp_path.glob("out/*.tmp"))
+    with pytest.raises(UserError, match="selects no rows"):
+        pack(str(src), tmp_path / "out2", range_spec="10:20")
