@@ -65,11 +65,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "%(default)" in text or action.default in (None, argparse.SUPPRESS) or not action.option_strings:
-            return text
-        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
-            return text  # a switch's default is its absence
-        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+        var = getattr(action, "script_var", None)
+        script = f"script variable {var}" if var else ""
+        if "%(default)" in text or action.default in (None, argparse.SUPPRESS) or not action.option_strings or \
+                isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):  # a switch: its absence
+            return f"{text} ({script})" if script else text
+        shown = "; ".join(filter(None, ["default: %(default)s", script]))
+        return f"{text} ({shown})" if text else f"({shown})"
 
 
 def _field_type(cls: type, field: dataclasses.Field) -> Any:

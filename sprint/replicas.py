@@ -9,7 +9,7 @@ for every call of the problem) and come back when it answers its health check (G
 again. Each request also carries an affinity header (`X-Session-Id: <problem id>` by default), so
 a router in front of the servers (vllm-router, SGLang's gateway, production-stack) can keep the
 same affinity. The per-replica circuit breaker is off: the run stops starting problems only when
-no replica answers.
+no replica answers (unless `max_connection_failures` is 0, which switches the breaker off).
 
 With one URL the pool is a thin wrapper over one `LLMClient`, which behaves exactly as before.
 """
@@ -250,6 +250,8 @@ class ReplicaPool:
             if self.replicas[index].out_since is None and index not in failed:
                 return index
         reason = f"no replica answers ({', '.join(self.urls)})"
+        if not self.config.max_connection_failures:  # the breaker is off: a plain, retryable failure
+            raise LLMError("connection", reason)
         stop = RUN_STOP.get()
         if stop is not None:
             stop.trip(reason)

@@ -157,6 +157,18 @@ def test_no_replica_answering_stops_the_run() -> None:
         assert error.kind == "connection" and error.stopped
         assert stop.reason and "no replica answers" in stop.reason
 
+    async def breaker_off() -> tuple[RunStop, LLMError]:
+        stop = RunStop()
+        RUN_STOP.set(stop)
+        pool = ReplicaPool(LLMConfig(urls[0], MODEL, max_retries=0, max_connection_failures=0), urls)
+        with pytest.raises(LLMError) as err:
+            await pool.complete("q", SAMPLING, key="k")
+        await pool.aclose()
+        return stop, err.value
+
+    stop, error = asyncio.run(breaker_off())  # max_connection_failures 0: a failure, but the run goes on
+    assert error.kind == "connection" and not error.stopped and stop.reason is None
+
 
 def test_start_with_one_replica_down_and_none_up(tmp_path: Path) -> None:
     from fake_server import dead_url
