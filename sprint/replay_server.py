@@ -6,7 +6,7 @@ timing of a real GPU server, so schedules can be compared in seconds rather than
 - which recording answers a request is `sprint.replay`'s business (`resolve`);
 - generation follows `sprint.latency.LatencyModel`: prefill, then one decode step per token,
   slower with the number of sequences decoding at once, at most `capacity` sequences at once
-  (the others wait in a queue ordered by vLLM's per-request `priority`, then arrival: `PrioritySlots`);
+  (the others wait in a queue ordered by vLLM's per-request `priority`, then arrival: `latency.PrioritySlots`);
   `time_scale` multiplies every delay so tests and benchmarks can run faster than real time;
 - `stop`, `max_tokens`, streaming (SSE, token by token) and `usage` behave as in vLLM
   (`sprint.wire`, shared with the scripted test server);
@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import heapq
-import itertools
 import json
 import logging
 import socket
@@ -39,7 +37,7 @@ from sprint import faults as fault_names
 from sprint import wire
 from sprint.errors import UserError
 from sprint.faults import FaultPlan
-from sprint.latency import LatencyModel, load_latency_model
+from sprint.latency import LatencyModel, PrioritySlots, load_latency_model
 from sprint.options import HelpFormatter, add_options, check_range, config_from, option
 from sprint.replay import ReplayLibrary, ReplayRequestError, load_library, prompt_text, resolve
 from sprint.wire import Generation, Splitter
@@ -153,50 +151,6 @@ class ReplayStats:
             out[name] = {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
         out["calls"] = len(self.calls)
         return out
-
-
-class PrioritySlots:
-    """At most `capacity` sequences at once; waiting requests are admitted lowest `priority` first,
-    then in arrival order: vLLM's `--scheduling-policy priority` queue (requests without a priority
-    count as 0, so with none given this is first come, first served). Like vLLM's scheduler when
-    its sequence limit is reached, a running request is never preempted."""
-
-    def __init__(self, capacity: int) -> None:
-        self.free = capacity
-        self._waiting: list[tuple[int, int, asyncio.Future]] = []
-        self._order = itertools.count()
-
-    def busy(self) -> bool:
-        return self.free <= 0
-
-    async def acquire(self, priority: int = 0) -> None:
-        if self.free > 0 and not self._waiting:
-            self.free -= 1
-            return
-        future = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting, (priority, next(self._order), future))
-        try:
-            await future
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self.release()  # the slot was handed over just as the waiter left: pass it on
-            raise
-
-    def release(self) -> None:
-        while self._waiting:
-            _, _, future = heapq.heappop(self._waiting)
-            if not future.done():
-                future.set_result(None)  # the slot passes straight to the next waiter
-                return
-        self.free += 1
-
-    @contextlib.asynccontextmanager
-    async def slot(self, priority: int = 0) -> Any:
-        await self.acquire(priority)
-        try:
-            yield
-        finally:
-            self.release()
 
 
 class _Dropped(Exception):

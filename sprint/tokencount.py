@@ -16,14 +16,18 @@ module calls it for the fallback.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import pickle
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from sprint.records import atomic_write
 from sprint.trajectory import load_tokenizer, tokenizer_source
 
 # The pre-tokenizer regex of Qwen2 / DeepSeek-R1-Distill-Qwen tokenizers.
@@ -171,31 +175,74 @@ def load_counter(name: str) -> TokenCounter:
     path = _spec_file(name)
     spec: dict | None = None
     if path is not None and os.environ.get("SPRINT_TOKENCOUNT") != "tokenizers":
+        cached = _cached_encoding(name, path)
+        if cached is not None:
+            return TokenCounter(name, "tiktoken", True, cached)
         try:
             spec = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             spec = None  # the loader below names the problem
-    if spec is not None:
-        fast = _tiktoken_encoding(name, spec)
-        if fast is not None:
-            return TokenCounter(name, "tiktoken", True, fast)
+    found = fast_spec(spec) if spec is not None else None
+    fast = _tiktoken_encoding(name, *found) if found is not None else None
+    if fast is not None:
+        assert path is not None and found is not None
+        _save_encoding(path, *found)
+        return TokenCounter(name, "tiktoken", True, fast)
     tok = load_tokenizer(name)
     if spec is None:
         spec = json.loads(tok.to_str())
     return TokenCounter(name, "tokenizers", splits_at_lines(spec), tok)
 
 
-def _tiktoken_encoding(name: str, spec: dict) -> Any:
+def _tiktoken_encoding(name: str, ranks: dict[bytes, int], specials: dict[str, int]) -> Any:
+    """A tiktoken Encoding of checked ranks (`fast_spec`); None without tiktoken or when it refuses them."""
     try:
         import tiktoken  # optional speed-up: without it counting takes the `tokenizers` path
     except ImportError:
         return None
-    found = fast_spec(spec)
-    if found is None:
-        return None
-    ranks, specials = found
     try:
         return tiktoken.Encoding(f"sprint:{name}", pat_str=QWEN2_SPLIT, mergeable_ranks=ranks,
                                  special_tokens=specials)
     except Exception:  # noqa: BLE001 - a tiktoken that rejects the vocabulary: count with tokenizers
         return None
+
+
+# Reading tokenizer.json and checking it takes ~0.3 s; the checked vocabulary is kept in the user's
+# cache (keyed by the file's path, size and modification time), so the next evaluation starts at once.
+CACHE_VERSION = 1
+
+
+def _cache_file(path: Path) -> Path | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = hashlib.sha256(f"{CACHE_VERSION}:{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:24]
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sprint" / "tokencount"
+    return root / f"{key}.pickle"
+
+
+def _cached_encoding(name: str, path: Path) -> Any:
+    file = _cache_file(path)
+    if file is None or not file.is_file():
+        return None
+    try:
+        with open(file, "rb") as f:
+            ranks, specials = pickle.load(f)  # our own file, written by _save_encoding
+        return _tiktoken_encoding(name, ranks, specials)
+    except Exception:  # noqa: BLE001 - unreadable or from another version: rebuilt from tokenizer.json
+        with contextlib.suppress(OSError):
+            file.unlink()
+        return None
+
+
+def _save_encoding(path: Path, ranks: dict[bytes, int], specials: dict[str, int]) -> None:
+    file = _cache_file(path)
+    if file is None or file.is_file():
+        return
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        data = pickle.dumps((ranks, specials), protocol=pickle.HIGHEST_PROTOCOL)
+        atomic_write(file, data, private_tmp=True)  # several processes may write it at once
+    except Exception:  # noqa: BLE001 - a read-only home: no cache, just a slower start
+        pass

@@ -18,7 +18,8 @@ from sprint.errors import UserError
 from sprint.latency import LatencyModel
 from sprint.llm import RUN_STOP, LLMConfig, LLMError, RunStop, Sampling
 from sprint.orchestration import OrchestrationConfig, call_priority, orchestrate
-from sprint.replay_server import PrioritySlots, replay_server
+from sprint.latency import PrioritySlots
+from sprint.replay_server import replay_server
 from sprint.replicas import HashRing, ReplicaPool, session_id, split_urls
 
 MODEL = "test-model"

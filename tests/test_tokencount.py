@@ -97,3 +97,25 @@ def test_batch_counts_equal_plain_counts_with_either_engine(shared_data: Path, m
         assert batch_counts(folder, texts) == want
     finally:
         load_counter.cache_clear()
+
+
+def test_the_checked_vocabulary_is_cached_and_a_bad_cache_is_rebuilt(shared_data: Path, tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = str(shared_data / "tokenizers" / TOKENIZERS[0])
+    texts = _corpus(shared_data)[:100] + EDGE_CASES
+    load_counter.cache_clear()
+    try:
+        first = load_counter(folder).count_many(texts)
+        cached = list((tmp_path / "sprint" / "tokencount").glob("*.pickle"))
+        assert len(cached) == 1
+        load_counter.cache_clear()
+        assert load_counter(folder).engine == "tiktoken" and load_counter(folder).count_many(texts) == first
+        cached[0].write_bytes(b"not a pickle")
+        load_counter.cache_clear()
+        assert load_counter(folder).engine == "tiktoken" and load_counter(folder).count_many(texts) == first
+        assert cached[0].read_bytes().startswith(b"\x80")  # rewritten as a pickle
+    finally:
+        load_counter.cache_clear()
+    plain = token_counter(folder)
+    assert first == [plain(t) for t in texts]
