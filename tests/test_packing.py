@@ -16,19 +16,8 @@ import pytest
 
 from sprint.cli import main as cli_main
 from sprint.errors import UserError
-from sprint.packing import (
-    PackSettings,
-    assign_phases,
-    packed_components,
-    final_answer_from_solution,
-    pack,
-    pack_record,
-    prompt_names,
-    sft_example,
-    n_test_rows,
-    split_ids,
-    sft_user_content,
-)
+from sprint.packing import PackSettings, n_test_rows, pack, pack_record, sft_example, split_ids, sft_user_content
+from sprint.phases import assign_phases, final_answer_from_solution, packed_components, prompt_names
 from sprint.trajectory import Trajectory
 
 REPO = Path(__file__).resolve().parents[1]
