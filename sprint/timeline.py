@@ -2,29 +2,33 @@
 
 Reviewers ask where the time of a SPRINT run goes. A timeline answers it: one bar per model call
 (planner, executors, forced final; a sequential baseline's one call as a reference), placed by
-its start and end. Two sources:
+its start and end. Three sources:
 
 - recorded: the `calls` of an orchestration record (`start`/`end` wall-clock times, `kept`,
   `draw`, `run`), so redrawn plans, retried and thrown-away (stream) executions show too;
 - modelled: `sprint.latency.critical_path_timeline` turns a trajectory's token counts into
-  seconds, for runs that recorded no times (the authors' logs).
+  seconds, for runs that recorded no times (the authors' logs);
+- measured: the calls `sprint time-replay` timed on a real engine (`from_timing`).
 
 The critical path is the chain of calls that fixed the problem's end time: walking back from
 the call that ended last, each call's predecessor is what it waited for — an executor waits
 for its phase's planner (barrier: its end; stream: the streamed prompt inside it) or for its own
 earlier failed draw; a planner (or the final answer) waits for the last call of the previous
 phase to end, or for its own earlier draw. Everything here is pure geometry: no I/O, no HTML
-page, so the tests can check positions on hand-made runs.
+page, so the tests can check positions on hand-made runs (`from_timing` only reads timing.json).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field, replace
 from html import escape
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from sprint.errors import UserError
 from sprint.latency import SCHEDULES, LatencyModel, PathTiming, critical_path_timeline
 from sprint.trajectory import Trajectory
 
@@ -91,10 +95,10 @@ class Timeline:
     """The calls of one problem in one run."""
 
     label: str  # e.g. the run's name and schedule
-    source: str  # "recorded" | "modelled"
+    source: str  # "recorded" | "modelled" | "measured" (time-replay on a real engine)
     bars: list[Bar] = field(default_factory=list)
     schedule: str | None = None
-    baseline_source: str = ""  # "recorded" | "modelled" when a baseline bar was added
+    baseline_source: str = ""  # "recorded" | "modelled" | "measured" when a baseline bar was added
 
     @property
     def calls(self) -> list[Bar]:
@@ -165,6 +169,39 @@ def from_calls(
     timeline = Timeline(label, "recorded", bars, schedule)
     mark_critical(timeline.bars)
     return timeline
+
+
+def from_timing(path: str | Path) -> dict[str, list[Timeline]]:
+    """{problem id: measured timelines} from a `sprint time-replay` folder (or its timing.json).
+
+    Each SPRINT schedule replayed on a real engine becomes one timeline per problem, in measured
+    seconds, with the measured baseline call as its reference bar (a different clock from the
+    recorded run's, so no bar from the recording is laid over it).
+    """
+    file = Path(path) / "timing.json" if Path(path).is_dir() else Path(path)
+    try:
+        timing = json.loads(file.read_text(encoding="utf-8"))
+        methods = timing["methods"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"cannot read time-replay measurements from {file} ({exc}); pass the output folder "
+                        "of `sprint time-replay`") from None
+    baseline = {str(p["id"]): max((float(c["end"]) for c in p.get("calls") or [] if _num(c.get("end")) is not None),
+                                  default=None)
+                for p in (methods.get("baseline") or {}).get("problems") or []}
+    out: dict[str, list[Timeline]] = {}
+    for method, data in methods.items():
+        if method == "baseline":
+            continue  # drawn as the reference bar of each schedule's timeline, on the same clock
+        for prob in data.get("problems") or []:
+            pid = str(prob["id"])
+            timeline = from_calls(prob.get("calls") or [], f"{method} — measured on {timing.get('model', 'the server')}",
+                                  origin=0.0, schedule=method if method in SCHEDULES else None)
+            timeline = replace(timeline, source="measured")
+            if baseline.get(pid) is not None:
+                timeline = with_baseline(timeline, baseline[pid])
+                timeline.baseline_source = "measured"
+            out.setdefault(pid, []).append(timeline)
+    return out
 
 
 def from_path(path: PathTiming, label: str) -> Timeline:

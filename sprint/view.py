@@ -67,6 +67,8 @@ class ViewConfig:
                                "--time-scale 0.1 then reads in simulated seconds")
     bootstrap: int = option(1000, "bootstrap resamples of the evaluation's CIs (fewer = faster; 0 = none)")
     plots: bool = option(True, "skip the evaluation's PNG figures", flags=("--no-plots",))
+    timing: str | None = option(None, "a `sprint time-replay` output folder: its measured calls are drawn "
+                                "as extra timelines (seconds on a real engine)")
 
 
 @dataclass
@@ -167,6 +169,9 @@ def build(cfg: ViewConfig) -> ViewResult:
     views = _views(cfg, sprint_runs, metrics, model)
     base_rows = {r["id"]: r for r in metrics["baselines"][0]["problems"]} if metrics.get("baselines") else {}
     _add_baseline(cfg, views, base_rows, _read_calls(base_runs[0].path) if base_runs else {}, model)
+    measured = TL.from_timing(cfg.timing) if cfg.timing else {}
+    for pv in views[0]:  # on the first run's part of each page: one clock for all measured schedules
+        pv.timelines += measured.get(pv.id, [])
     steps["timelines"] = time.perf_counter() - t0 - sum(steps.values())
 
     (out / "problems").mkdir(exist_ok=True)

@@ -339,3 +339,30 @@ def test_evaluation_report_links_to_the_viewer(site: Path, tmp_path: Path, tok_d
     report = ev.files["report"].read_text()
     assert "[the run viewer](../barrier/view/index.html)" in report
     assert (tmp_path / "eval" / "../barrier/view/index.html").resolve().is_file()
+
+
+def test_time_replay_measurements_are_drawn_as_measured_timelines(tmp_path: Path, tok_dir: str) -> None:
+    """A time-replay folder's calls (times from each problem's start) become extra timelines on the page."""
+    write_run(tmp_path / "barrier", "barrier", BARRIER)
+    measured = [dict(c, start=c["start"] - T0, end=c["end"] - T0) for c in BARRIER]  # timing.json's clock
+    timing = {"model": "tiny", "methods": {
+        "barrier": {"problems": [{"id": "p1", "calls": measured}]},
+        "baseline": {"problems": [{"id": "p1", "calls": [call("baseline", 0, None, 0 - T0, 9 - T0)]}]},
+    }}
+    (tmp_path / "timing").mkdir()
+    (tmp_path / "timing" / "timing.json").write_text(json.dumps(timing))
+    cfg = ViewConfig(runs=[str(tmp_path / "barrier")], planner_tokenizer=tok_dir, out=str(tmp_path / "site"),
+                     bootstrap=0, timing=str(tmp_path / "timing"))
+    build(cfg)
+    page = (tmp_path / "site" / "problems" / "p1.html").read_text()
+    other = (tmp_path / "site" / "problems" / "p0.html").read_text()
+    svgs = re.findall(r'<svg class="timeline".*?</svg>', page, re.S)
+    assert len(svgs) == 2  # the recorded run and its measured replay
+    assert "barrier — measured on tiny</b>: 8.00 s" in page
+    assert svgs[1].count('class="bar baseline"') == 1  # the measured baseline (9 s) as the reference bar
+    assert "measured on" not in other  # only the problems that were timed
+    timelines = TL.from_timing(tmp_path / "timing")
+    assert [(t.source, t.baseline_source, t.span) for t in timelines["p1"]] == [("measured", "measured", 9.0)]
+    assert lanes_of(timelines["p1"][0], critical_only=True) == lanes_of(TL.from_calls(BARRIER, "x"), critical_only=True)
+    with pytest.raises(UserError, match="time-replay"):
+        TL.from_timing(tmp_path / "nothing")
