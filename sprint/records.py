@@ -56,7 +56,7 @@ TRASH_PREFIX = ".sprint-trash-"  # where --overwrite moves the old outputs befor
 # What a stage run leaves in its folder; `--overwrite` clears exactly these (never other files a user
 # keeps there). The response cache goes too, unless it lives elsewhere (--cache-dir).
 OUTPUT_NAMES = ("manifest.json", "records.jsonl", "trajectories", "evaluation", "summary.json", "train.jsonl",
-                "test.jsonl", "llm_cache")
+                "test.jsonl", "llm_cache", "batch")  # "batch": batch-mode request/result files (sprint.batch)
 
 # errno -> what to do, for the file-system errors a user can fix
 _DISK_ADVICE = {

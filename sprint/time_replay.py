@@ -39,7 +39,7 @@ from typing import Any, Callable
 import openai
 
 from sprint import metrics as M
-from sprint.errors import UserError
+from sprint.errors import EXIT_ITEMS_FAILED, UserError
 from sprint.latency_fit import summarize_timing, timing_report, timing_table
 from sprint.options import HelpFormatter, add_options, check_range, config_from, optional_int, option
 from sprint.prompt_format import FINAL_OPEN, PROMPT_MODES, PromptFormat, build_prompt_format, load_agent_prompt
@@ -577,7 +577,7 @@ def _command(args: argparse.Namespace) -> int:
     if s["forced_ok"] != s["calls"]:
         print(f"warning: only {s['forced_ok']}/{s['calls']} calls generated their recorded length; the server must "
               "honour min_tokens and ignore_eos (vLLM does) for the seconds to mean anything", file=sys.stderr)
-        return 1
+        return EXIT_ITEMS_FAILED
     return 0
 
 
