@@ -7,16 +7,14 @@ generation's length.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from sprint.inference import (
     DEFAULT_URL, CallRecord, InferenceOptions, InferenceRun, RoleSampling, add_stage_command, call_seed,
-    local_servers, outcome_fields, problem_fields, request,
+    outcome_fields, problem_fields, request,
 )
-from sprint.errors import ServerStopped
 from sprint.llm import TRANSIENT_KINDS, Completion, LLMError, Sampling
 from sprint.options import check_range, option
 from sprint.prompt_format import THINK, PromptFormat
@@ -125,13 +123,8 @@ def baseline(
     sampling = RoleSampling(cfg.temperature, cfg.top_p, cfg.max_tokens)
     run = InferenceRun.open(cfg, "baseline", cfg.model, think=cfg.think, overwrite=overwrite,
                             retry_failed=retry_failed)
-    with run.run_dir, local_servers([(cfg.server_url, cfg.model, cfg.model_path)]):  # the lock is released however it ends
-        try:
-            usage = asyncio.run(_baseline_async(cfg, run, sampling, progress))
-        except ServerStopped:
-            run.finish(cfg, {})  # the manifest counts what was done before the server stopped answering
-            raise
-        return run.finish(cfg, usage)
+    return run.execute(cfg, [(cfg.server_url, cfg.model, cfg.model_path)],
+                       lambda: _baseline_async(cfg, run, sampling, progress))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -8,17 +8,18 @@ so `sprint evaluate` reads either, and a baseline is compared with a SPRINT run 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from sprint.data import safe_id
-from sprint.errors import UserError, failed_items_exit
+from sprint.errors import ServerStopped, UserError, failed_items_exit
 from sprint.llm import DEFAULT_MAX_CONNECTION_FAILURES, TRANSIENT_KINDS, Completion, LLMConfig, OnText, Sampling
 from sprint.options import HelpFormatter, add_options, check_range, config_from, flag_name, optional_int, option
 from sprint.prompt_format import APIS, PROMPT_MODES, PromptFormat, build_prompt_format, load_agent_prompt
@@ -26,19 +27,9 @@ from sprint.records import RunDir, atomic_write
 from sprint.replicas import AFFINITY_HEADER, ReplicaPool, split_urls
 from sprint.serve import ensure_server, is_local
 from sprint.stage import Tally, crash_record, resolve_cache_dir, run_items
-from sprint.tasks import Problem, TaskAdapter, get_task, load_problems, task_names
+from sprint.tasks import Problem, TaskAdapter, TaskChoices, get_task, load_problems, task_names
 
 DEFAULT_URL = "http://127.0.0.1:8000/v1"  # a local vLLM server on its usual port
-
-
-class _TaskNames(Sequence):
-    """The registered task names, read when the parser is built (a task registered later still counts)."""
-
-    def __getitem__(self, index: Any) -> Any:
-        return task_names()[index]
-
-    def __len__(self) -> int:
-        return len(task_names())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,7 +51,7 @@ class InferenceOptions:
     range: str | None = option(None, "START:END of the rows to run, e.g. 0:100 (default: all)", metavar="START:END",
                                var="RANGE")
     task: str = option("math", "task: how a row becomes a question, and how the answer is read and graded",
-                       choices=_TaskNames(), var="TASK")
+                       choices=TaskChoices(), var="TASK")
     out_dir: str = option(help="run folder (records.jsonl, trajectories/, manifest.json)", var="OUT_DIR")
     max_tokens: int = option(help="token budget of a call")
     max_problem_workers: int = option(help="problems in flight", var="MAX_PROBLEM_WORKERS")
@@ -430,6 +421,20 @@ class InferenceRun:
 
         await run_items(self.problems, process, self.run_dir, workers=workers, on_crash=on_crash,
                         desc=self.run_dir.stage, unit="problem", progress=progress, tally=AccuracyTally())
+
+    def execute(self, cfg: InferenceOptions, targets: list[tuple[str, str, str | None]],
+                main: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Run `main()` (returns usage) with the folder locked and local servers up, then `finish`.
+
+        The manifest is finished even when a server stopped answering, so it counts what was done.
+        """
+        with self.run_dir, local_servers(targets):  # the folder's lock is released however the run ends
+            try:
+                usage = asyncio.run(main())
+            except ServerStopped:
+                self.finish(cfg, {})
+                raise
+            return self.finish(cfg, usage)
 
     def finish(self, cfg: InferenceOptions, usage: dict[str, Any]) -> dict[str, Any]:
         """Write the manifest (inputs, prompt, usage, summary) and return the summary."""

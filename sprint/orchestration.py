@@ -43,10 +43,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sprint.errors import ServerStopped, UserError
+from sprint.errors import UserError
 from sprint.inference import (
     DEFAULT_URL, CallRecord, InferenceOptions, InferenceRun, RoleSampling, add_stage_command, call_seed,
-    is_transient, local_servers, outcome_fields, problem_fields, request,
+    is_transient, outcome_fields, problem_fields, request,
 )
 from sprint.llm import TRANSIENT_KINDS, Completion, LLMError, OnText, Sampling
 from sprint.options import check_range, option
@@ -413,13 +413,7 @@ def orchestrate(
     targets = [(cfg.planner_server_url, cfg.planner_model, cfg.model_path)]
     if cfg.executor_model == cfg.planner_model:
         targets.append((str(cfg.executor_server_url), str(cfg.executor_model), cfg.model_path))
-    with run.run_dir, local_servers(targets):  # the folder's lock is released however the run ends
-        try:
-            usage = asyncio.run(_orchestrate_async(cfg, run, progress))
-        except ServerStopped:
-            run.finish(cfg, {})  # the manifest counts what was done before the server stopped answering
-            raise
-        return run.finish(cfg, usage)
+    return run.execute(cfg, targets, lambda: _orchestrate_async(cfg, run, progress))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

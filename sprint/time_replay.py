@@ -40,7 +40,7 @@ import openai
 
 from sprint import metrics as M
 from sprint.errors import EXIT_ITEMS_FAILED, UserError
-from sprint.latency_fit import summarize_timing, timing_report, timing_table
+from sprint.latency_fit import BASELINE, summarize_timing, timing_report, timing_table
 from sprint.options import HelpFormatter, add_options, check_range, config_from, optional_int, option
 from sprint.prompt_format import FINAL_OPEN, PROMPT_MODES, PromptFormat, build_prompt_format, load_agent_prompt
 from sprint.records import atomic_write
@@ -51,7 +51,6 @@ from sprint.trajectory import Counter, Phase, Trajectory, TrajectoryError, load_
 log = logging.getLogger(__name__)
 
 BOTH = "both"
-BASELINE = "baseline"
 WARMUP_TOKENS = 16
 
 
