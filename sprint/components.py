@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sprint.component_markdown import markdown_components
 from sprint.data import Item
 from sprint.llm import LLMClient, Sampling
 from sprint.options import option
@@ -258,7 +259,8 @@ def parse_components(text: str) -> list[ComponentRanges]:
     """Parse the model's answer into components; raise AnswerError when it cannot be read.
 
     The JSON list the prompt asks for is read first; an answer without one is read as the
-    markdown layout models often write instead (`### Component 1` / `- **Plan:** Lines 3-7`).
+    markdown models often write instead (`### Component 1` / `- **Plan:** Lines 3-7`, or a
+    table with Plan / Execution columns; see `sprint.component_markdown`).
     """
     if not text or not text.strip():
         raise AnswerError("the answer is empty")
@@ -268,7 +270,7 @@ def parse_components(text: str) -> list[ComponentRanges]:
         raw = markdown_components(text)
         if raw is None:
             raise AnswerError("no JSON list of components found in the answer (nor markdown `Component N` "
-                              "sections with Plan/Execution lines)") from None
+                              "sections or a table with Plan/Execution lines)") from None
     if not raw:
         raise AnswerError("the answer lists no components")
     components = []
@@ -293,60 +295,6 @@ def parse_components(text: str) -> list[ComponentRanges]:
             )
         )
     return components
-
-
-# The markdown layout: a header naming the component ("### Component 2", "**Component 2:** Setup",
-# "Component 2 - Setup"), then one labelled field per line ("- **Plan:** Lines 3-7",
-# "**Execution lines**: 8–12", "Comment: Lines not found"); a field's text may run on over the
-# following lines until the next label or header.
-_MD_HEADER = re.compile(r"^[ \t]*(?:#{1,6}[ \t]*)?(?:[-*+][ \t]+)?(?:\*\*|__)?[ \t]*Component[ \t]*#?[ \t]*(\d+)\b[^\n]*$",
-                        re.I | re.M)
-_MD_FIELD = re.compile(
-    r"^[ \t]*(?:[-*+•][ \t]*|\d{1,2}[.)][ \t]*)?(?:\*\*|__)?[ \t]*"
-    r"(description|desc|plan|prompt|execution|comment)(?:[ \t]*(?:lines?|range|line[ \t]+range))?"
-    r"[ \t]*(?:\*\*|__)?[ \t]*[:：][ \t]*(?:\*\*|__)?(.*)$",
-    re.I,
-)
-_MD_LABELS = {"desc": "description"}
-
-
-def _md_value(value: str) -> str:
-    """A field's text without the markdown around it (bold, code ticks, quotes)."""
-    text = value.strip()
-    text = re.sub(r"^(?:\*\*|__)|(?:\*\*|__)$", "", text).strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "`\"'":
-        text = text[1:-1].strip()
-    return text
-
-
-def markdown_components(text: str) -> list[dict[str, str]] | None:
-    """Components written as markdown sections, as plain dicts for `parse_components`; None if none.
-
-    A section counts only when it holds at least one labelled field, so prose that merely
-    mentions "component 2" is not mistaken for an answer.
-    """
-    headers = list(_MD_HEADER.finditer(text))
-    out: list[dict[str, str]] = []
-    for i, h in enumerate(headers):
-        body = text[h.end(): headers[i + 1].start() if i + 1 < len(headers) else len(text)]
-        fields: dict[str, list[str]] = {}
-        current: str | None = None
-        for line in body.splitlines():
-            m = _MD_FIELD.match(line)
-            if m:
-                label = m.group(1).lower()
-                current = _MD_LABELS.get(label, label)
-                if current in fields:  # a second "Plan:" in one section: keep the first
-                    current = None
-                    continue
-                fields[current] = [m.group(2)]
-            elif current is not None and line.strip() and not re.fullmatch(r"\s*(?:-{3,}|\*{3,}|_{3,})\s*", line):
-                fields[current].append(line.strip())
-            elif not line.strip() and current in ("plan", "execution", "comment"):
-                current = None  # a range never runs on past a blank line
-        if fields:
-            out.append({name: _md_value(" ".join(parts)) for name, parts in fields.items()})
-    return out or None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -361,9 +361,15 @@ def run_finetune(
 ) -> int:
     """Check the data, then run `swift sft`; returns ms-swift's exit code.
 
-    dry_run prints the command and stops (after ms-swift has parsed it, with validate).
+    dry_run prints the command and stops (after ms-swift has parsed it, with validate). A real run
+    checks ms-swift and the data first, so a mistake there is its one line, not a command then an error.
     """
     command = build_command(options, swift_bin)
+    swift = Path(command.argv[0])
+    if (validate or not dry_run) and not swift.exists():
+        raise UserError(f"ms-swift not found at {swift}; run scripts/install_swift.sh (or set SWIFT_BIN / SWIFT_VENV)")
+    if check_data and not dry_run:
+        _check_data(options, tokenizer, command)
     if dry_run and options.nnodes > 1:
         for rank, other in enumerate(node_commands(options, swift_bin)):
             mark = " (this node)" if rank == options.node_rank else ""
@@ -372,16 +378,11 @@ def run_finetune(
         print(f"# ms-swift starts on this node: torchrun {torchrun} .../swift/cli/sft.py ...", flush=True)
     else:
         print(command.shell(), flush=True)
-    swift = Path(command.argv[0])
-    if (validate or not dry_run) and not swift.exists():
-        raise UserError(f"ms-swift not found at {swift}; run scripts/install_swift.sh (or set SWIFT_BIN / SWIFT_VENV)")
     if validate:
         check_swift_args(command, "parser")
         print("ms-swift accepts these arguments", flush=True)
     if dry_run:
         return 0
-    if check_data:
-        _check_data(options, tokenizer, command)
     Path(options.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(options.output_dir) / "swift_command.sh").write_text(command.shell() + "\n", encoding="utf-8")
     return subprocess.run(command.argv, env=command_env(command)).returncode

@@ -298,6 +298,8 @@ def _token_block(pairs: Sequence[Pair], resamples: int, seed: int, confidence: f
     ci = bootstrap_ci(_reduction_rows, [s, b], resamples=resamples, seed=seed, confidence=confidence)
     decoded = [p.sprint_tokens_decoded for p in with_tokens if p.sprint_tokens_decoded is not None]
     d = np.array(decoded, dtype=float) if len(decoded) == len(with_tokens) else np.array([], dtype=float)
+    ci_decoded = (bootstrap_ci(_reduction_rows, [d, b], resamples=resamples, seed=seed, confidence=confidence)
+                  if len(d) else None)  # same seed: the same resampled problems as `reduction_ci`
     return {
         "problems": len(pairs),
         "with_tokens": len(with_tokens),
@@ -305,6 +307,7 @@ def _token_block(pairs: Sequence[Pair], resamples: int, seed: int, confidence: f
         "mean_sprint_sequential": float(s.mean()) if len(s) else None,
         "mean_sprint_sequential_decoded": float(d.mean()) if len(d) else None,
         "reduction_decoded": reduction(d, b) if len(d) else None,  # tags counted on both sides
+        "reduction_decoded_ci": list(ci_decoded) if ci_decoded else None,
         "reduction": reduction(s, b),
         "reduction_ci": list(ci) if ci else None,
         "sprint_accuracy": float(np.mean([p.sprint_correct for p in pairs])) if pairs else None,
@@ -359,6 +362,7 @@ def aggregate_comparisons(comparisons: Sequence[Mapping]) -> dict:
         return {}
     out = {
         "reduction": spread([c["overall"]["reduction"] for c in comparisons]).as_dict(),
+        "reduction_decoded": spread([c["overall"].get("reduction_decoded") for c in comparisons]).as_dict(),
         "accuracy_difference": spread([c["accuracy_difference"] for c in comparisons]).as_dict(),
         "p_value": spread([c["mcnemar"]["p_value"] for c in comparisons]).as_dict(),
         "buckets": [],
@@ -368,6 +372,7 @@ def aggregate_comparisons(comparisons: Sequence[Mapping]) -> dict:
             "bucket": b["bucket"],
             "problems": spread([c["buckets"][i]["problems"] for c in comparisons]).as_dict(),
             "reduction": spread([c["buckets"][i]["reduction"] for c in comparisons]).as_dict(),
+            "reduction_decoded": spread([c["buckets"][i].get("reduction_decoded") for c in comparisons]).as_dict(),
             "mean_baseline_tokens": spread([c["buckets"][i]["mean_baseline_tokens"] for c in comparisons]).as_dict(),
             "mean_sprint_sequential": spread([c["buckets"][i]["mean_sprint_sequential"] for c in comparisons]).as_dict(),
             "mean_sprint_sequential_decoded": spread([c["buckets"][i].get("mean_sprint_sequential_decoded")

@@ -37,7 +37,8 @@ from sprint.errors import UserError
 VOLATILE_KEYS = frozenset(
     {"range", "num_workers", "max_problem_workers", "max_execution_workers", "timeout", "overwrite",
      "retry_failed", "progress", "cache_dir", "out_dir", "server_url", "planner_server_url",
-     "executor_server_url", "max_retries", "max_connection_failures", "affinity_header", "priority"}
+     "executor_server_url", "max_retries", "max_connection_failures", "affinity_header", "priority",
+     "batch"}  # batch: the same records as online; it only changes the price
 )
 
 # USD per 1M tokens (input, output), for the cost estimate of paid APIs. Local servers cost 0.
@@ -48,6 +49,7 @@ PRICES = {
     "gpt-4.1": (2.00, 8.00),
     "gpt-4.1-mini": (0.40, 1.60),
 }
+BATCH_DISCOUNT = 0.5  # the OpenAI Batch API bills half the online price (--batch)
 
 PACKAGES = ("openai", "datasets", "transformers", "tokenizers", "math-verify")
 
@@ -184,9 +186,11 @@ def write_manifest(
         usage = dict(usage)
         model = config.get("model") or config.get("planner_model")
         if model and usage:
-            cost = estimate_cost(str(model), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+            batch = bool(config.get("batch"))  # this run's mode prices the folder (records do not say theirs)
+            cost = estimate_cost(str(model), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), batch)
             if cost is not None:
                 usage["estimated_cost_usd"] = cost
+                usage["priced_as"] = "batch" if batch else "online"
         manifest["usage"] = usage
     manifest["started"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -195,11 +199,13 @@ def write_manifest(
     return manifest
 
 
-def estimate_cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+def estimate_cost(model: str, prompt_tokens: int, completion_tokens: int, batch: bool = False) -> float | None:
+    """USD at the model's list prices (None for a model without one); `batch`: at Batch API prices."""
     price = PRICES.get(model)
     if price is None:
         return None
-    return round((prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6, 4)
+    online = (prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6
+    return round(online * BATCH_DISCOUNT if batch else online, 4)
 
 
 def _release_lock(fd: int, path: Path, inode: tuple[int, int]) -> None:

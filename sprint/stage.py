@@ -203,7 +203,8 @@ class StageOutcome(Generic[T]):
                 f"{u.get('completion_tokens', 0):,} completion"
             )
             if u.get("estimated_cost_usd") is not None:
-                total += f" (about ${u['estimated_cost_usd']:.2f} at {self.run.config.get('model')} prices)"
+                prices = "Batch API prices" if u.get("priced_as") == "batch" else "prices"
+                total += f" (about ${u['estimated_cost_usd']:.2f} at {self.run.config.get('model')} {prices})"
             lines.append(total)
         lines.append(f"  outputs: {self.run.records_path} and {self.run.manifest_path}")
         return "\n".join(lines)
@@ -363,9 +364,10 @@ async def run_stage(
         manifest(used)
     model = run.config.get("model")
     if model:
-        cost = estimate_cost(str(model), used["prompt_tokens"], used["completion_tokens"])
+        cost = estimate_cost(str(model), used["prompt_tokens"], used["completion_tokens"], bool(run.config.get("batch")))
         if cost is not None:
             used["estimated_cost_usd"] = cost
+            used["priced_as"] = "batch" if run.config.get("batch") else "online"
     return StageOutcome(
         stage=stage,
         run=run,
@@ -520,6 +522,7 @@ async def run_llm_stage(stage: LLMStage, cfg: LLMStageConfig) -> StageOutcome:
         "timeout": cfg.timeout,
         "max_retries": cfg.max_retries,
         "cache_dir": str(cfg.cache_dir) if cfg.cache_dir else None,
+        "batch": cfg.batch,  # prices the manifest's cost estimate (not part of the identity)
     }
     llm = llm_config(
         server_url=cfg.server_url, model=cfg.model, num_workers=cfg.num_workers, timeout=cfg.timeout,
@@ -593,8 +596,8 @@ def screen_sizes(stage: LLMStage, cfg: LLMStageConfig, run: RunDir, items: list[
     limit = cfg.max_input_tokens
     long = {key: n for key, n in sizes.items() if limit and n > limit}
     sent = [n for key, n in sizes.items() if cfg.allow_long or key not in long]
-    print(f"{stage.name}: {len(sent)} item(s) to send: {cost_line(cfg.model, sum(sent), len(sent) * cfg.max_tokens)}",
-          file=sys.stderr)
+    print(f"{stage.name}: {len(sent)} item(s) to send: "
+          f"{cost_line(cfg.model, sum(sent), len(sent) * cfg.max_tokens, cfg.batch)}", file=sys.stderr)
     if not long:
         return stage
     biggest = max(long.values())
@@ -602,7 +605,7 @@ def screen_sizes(stage: LLMStage, cfg: LLMStageConfig, run: RunDir, items: list[
         print(f"{stage.name}: {len(long)} item(s) over {flag_name(type(cfg), 'max_input_tokens')} {limit} "
               f"(largest about {biggest:,} tokens) are sent anyway (--allow-long)", file=sys.stderr)
         return stage
-    extra = cost_line(cfg.model, sum(long.values()), len(long) * cfg.max_tokens)
+    extra = cost_line(cfg.model, sum(long.values()), len(long) * cfg.max_tokens, cfg.batch)
     print(f"{stage.name}: {len(long)} item(s) over {flag_name(type(cfg), 'max_input_tokens')} {limit} (largest about "
           f"{biggest:,} tokens) are skipped as {TOO_LONG} (sending them would add {extra}); pass --allow-long "
           "(ALLOW_LONG=1) to send them", file=sys.stderr)
@@ -618,10 +621,11 @@ def screen_sizes(stage: LLMStage, cfg: LLMStageConfig, run: RunDir, items: list[
     return replace(stage, process=process, needs_llm=lambda item: item.id not in long and stage.needs_llm(item))
 
 
-def cost_line(model: str, prompt_tokens: int, max_answer_tokens: int) -> str:
+def cost_line(model: str, prompt_tokens: int, max_answer_tokens: int, batch: bool = False) -> str:
     """`about P prompt tokens (characters / 4) + at most A answer tokens, at most about $X at MODEL prices`."""
-    cost = estimate_cost(model, prompt_tokens, max_answer_tokens)
-    price = f", at most about ${cost:,.2f} at {model} prices" if cost is not None else ""
+    cost = estimate_cost(model, prompt_tokens, max_answer_tokens, batch)
+    prices = f"{model} Batch API prices (half the online price)" if batch else f"{model} prices"
+    price = f", at most about ${cost:,.2f} at {prices}" if cost is not None else ""
     return f"about {prompt_tokens:,} prompt tokens (characters / 4) + at most {max_answer_tokens:,} answer tokens{price}"
 
 

@@ -245,3 +245,19 @@ def test_stage2_in_batch_mode_writes_the_online_records(tmp_path: Path, stage1_d
     assert set(batch) == set(online) and len(batch) > 5
     for item_id, rec in batch.items():
         assert (rec["status"], rec.get("dag")) == (online[item_id]["status"], online[item_id].get("dag"))
+
+
+def test_batch_runs_are_priced_at_half_the_online_price(tmp_path: Path, capsys) -> None:
+    rows = traces(4)
+    inp = write_jsonl(tmp_path / "in.jsonl", rows)
+    manifests = {}
+    for mode in ("online", "batch"):
+        with FakeServer(by_question(rows, good_answer), models=["gpt-4o"]) as srv:
+            run(inp, tmp_path / mode, srv.base_url, tmp_path / f"cache-{mode}", model="gpt-4o", batch=mode == "batch")
+        manifests[mode] = json.loads((tmp_path / mode / "manifest.json").read_text())["usage"]
+        err = capsys.readouterr().err
+        assert ("at gpt-4o Batch API prices (half the online price)" in err) == (mode == "batch"), err
+    online, batch = manifests["online"], manifests["batch"]
+    assert batch["prompt_tokens"] == online["prompt_tokens"] > 0  # the same answers, the same tokens
+    assert (online["priced_as"], batch["priced_as"]) == ("online", "batch")
+    assert batch["estimated_cost_usd"] == pytest.approx(online["estimated_cost_usd"] / 2, abs=1e-4)

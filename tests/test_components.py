@@ -334,6 +334,141 @@ def test_json_wins_over_markdown_in_the_same_answer() -> None:
     assert [c.plan for c in parse_components(text)] == [(1, 2), (6, 7)]
 
 
+# --- markdown tables and prose after ranges -----------------------------------------------
+# GPT-4o's other two habits: a table of components, and a range followed by an explanation.
+
+GOOD_RANGES = [
+    ComponentRanges(1, "Set up", (1, 2), "Solve 6w = 30.", (3, 4), (5, 5)),
+    ComponentRanges(2, "Answer", (6, 7), "", None, None),
+]
+
+TABLE_PLAIN = """Here are the components:
+
+| # | Description | Plan | Prompt | Execution | Comment |
+|---|-------------|------|--------|-----------|---------|
+| 1 | Set up | 1-2 | Solve 6w = 30. | 3-4 | 5 |
+| 2 | Answer | 6-7 | not found | not found | not found |
+"""
+
+TABLE_COMPONENT_CELLS = """| Component | Plan lines | Prompt | Execution lines | Comments |
+| :-- | :--: | --- | --: | --- |
+| **Component 1: Set up** | `Lines 1\u20132` | "Solve 6w = 30." | **Lines 3\u20134** | Line 5 |
+| Component 2 \u2013 Answer | Lines 6-7 | N/A | N/A | Lines not found |
+
+Let me know if you need anything else."""
+
+TABLE_NO_OUTER_BARS = """Step | Summary | Planning | Prompt | Execution | Observation
+---|---|---|---|---|---
+Step 1 | Set up | Lines 1-2 (restating the question) | Solve<br>6w = 30. | 3-4, the division by 6 | 5
+Step 2 | Answer | 6-7 | None | - | \u2014
+"""
+
+TABLE_EXTRA_COLUMNS = """| Step | Title | Plan range | Execution range | Comment range | Prompt | Confidence |
+|------|-------|-----------|-----------------|---------------|--------|------------|
+| 1. | Set up | L1-2 | 3 to 4 | 5 | `Solve 6w = 30.` | high |
+|  |  |  |  |  |  |  |
+| 2. | Answer | 6\u20137 | None (the model only states the result) | Lines not found | Not found | 90% |
+"""
+
+
+@pytest.mark.parametrize("text", [TABLE_PLAIN, TABLE_COMPONENT_CELLS, TABLE_NO_OUTER_BARS, TABLE_EXTRA_COLUMNS],
+                         ids=["plain", "component-cells", "no-outer-bars", "extra-columns"])
+def test_parse_components_reads_markdown_tables(text: str) -> None:
+    assert parse_components(text) == GOOD_RANGES
+
+
+def test_table_without_prompt_column_parses_and_is_then_validated() -> None:
+    text = ("| Component | Description | Plan lines | Execution lines | Comment lines |\n"
+            "|---|---|---|---|---|\n"
+            "| 1 | Understand the problem | 1-3 | 4-9 | Lines not found |\n"
+            "| 2 | Compute the sum | Lines 10-11 | 12-20 | 21 |\n")
+    components = parse_components(text)
+    assert components == [
+        ComponentRanges(1, "Understand the problem", (1, 3), "", (4, 9), None),
+        ComponentRanges(2, "Compute the sum", (10, 11), "", (12, 20), (21, 21)),
+    ]
+    # the executions name no prompt: rejected like the same JSON answer would be
+    assert validate_components(components, 21) == ["component 1 has an execution but no prompt",
+                                                   "component 2 has an execution but no prompt"]
+
+
+@pytest.mark.parametrize("cell, json_value", [("the first lines", "the first lines"), ("3-5, 7-9", "3-5, 7-9"),
+                                              ("Lines 2 to the end", "Lines 2 to the end")])
+def test_bad_table_cell_is_unparseable_like_a_bad_json_range(cell: str, json_value: str) -> None:
+    table = ("| # | Description | Plan | Prompt | Execution | Comment |\n|---|---|---|---|---|---|\n"
+             "| 1 | Set up | 1-2 | Solve it. | 3-4 | 5 |\n"
+             f"| 2 | Answer | {cell} | not found | not found | not found |\n")
+    as_json = json.dumps([{"description": "Set up", "plan": "1-2", "prompt": "Solve it.", "execution": "3-4", "comment": "5"},
+                          {"description": "Answer", "plan": json_value, "prompt": "not found", "execution": "not found",
+                           "comment": "not found"}])
+    with pytest.raises(AnswerError) as from_table:
+        parse_components(table)
+    with pytest.raises(AnswerError) as from_json:
+        parse_components(as_json)
+    assert str(from_table.value) == str(from_json.value)
+    assert str(from_table.value).startswith("component 2: plan")
+
+
+def test_table_answers_get_the_same_warnings_and_strict() -> None:
+    text = ("| # | Description | Plan | Prompt | Execution | Comment |\n|---|---|---|---|---|---|\n"
+            "| 1 | Check | Lines not found | Check it. | 1-2 | not found |\n")
+    components = parse_components(text)
+    assert validate_components(components, 2) == []
+    assert [w.kind for w in component_warnings(components, 2)] == ["no_plan"]
+    assert validate_components(components, 2, strict=True) == ["component 1 has no plan"]
+
+
+def test_tables_without_range_columns_are_not_components() -> None:
+    text = "| Line | Text |\n|---|---|\n| 1 | Let x = 2. |\n| 2 | So 2x = 4. |\n"
+    with pytest.raises(AnswerError, match="no JSON list"):
+        parse_components(text)
+
+
+def test_json_wins_over_a_table_and_sections_over_a_summary_table() -> None:
+    assert parse_components(TABLE_PLAIN.replace("| 1-2 |", "| 1-1 |") + "\n" + json.dumps(GOOD)) == GOOD_RANGES
+    summary = "\n\nSummary:\n" + TABLE_PLAIN.replace("| 6-7 |", "| 6-9 |")
+    assert parse_components(MD_HEADERS_BULLETS_BOLD + summary) == GOOD_RANGES
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("Lines 1-2, where the model restates the question", (1, 2)),
+        ("Lines 1-2 where the model restates the question", (1, 2)),
+        ("8\u201312 (the computation)", (8, 12)),
+        ("**Lines 8-12** (the computation)", (8, 12)),
+        ("Line 8. The model checks the result", (8, 8)),
+        ("8 \u2013 the model checks the result", (8, 8)),
+        ("Lines 8 to 12: substituting x", (8, 12)),
+        # numbers in the prose never become a range end
+        ("Lines 1-2, where the model computes 3 + 4 = 7 over 10 cases", (1, 2)),
+        ("Line 8 (checks lines 12-15 again)", (8, 8)),
+        ("Lines 8-12 (5 lines)", (8, 12)),
+        ("8, then 9 more cases", (8, 8)),
+        ("N/A, the model never comments", None),
+        ("None \u2013 the model goes straight to line 4", None),
+        # read as before
+        ("Lines 3-7 (verification)", (3, 7)),
+        ("Line 3 to Line 7", (3, 7)),
+        ("Line 5.", (5, 5)),
+    ],
+)
+def test_markdown_range_followed_by_prose(value: str, expected: Any) -> None:
+    text = (f"### Component 1\n- **Description:** Step\n- **Plan:** {value}\n- **Prompt:** Do it.\n"
+            f"- **Execution:** Lines 20-21\n\n**Component 2**\nPlan lines: 22\nExecution lines: {value}\nPrompt: Go.\n")
+    first, second = parse_components(text)
+    assert (first.plan, first.execution) == (expected, (20, 21))
+    assert (second.plan, second.execution) == ((22, 22), expected)
+
+
+@pytest.mark.parametrize("value", ["Lines 3-5, 7-9 (two blocks)", "Lines 3 and 5, the checks", "Lines 4-9 and line 10",
+                                   "Lines 3 to the end", "Lines 3-4 (and 9)", "the first lines, 1-2",
+                                   "Line 1.5 of the trace"])
+def test_a_list_or_open_range_before_prose_stays_unparseable(value: str) -> None:
+    with pytest.raises(AnswerError, match="component 1: plan"):
+        parse_components(f"### Component 1\n- **Description:** Step\n- **Plan:** {value}\n")
+
+
 # --- validation ---------------------------------------------------------------------------
 
 

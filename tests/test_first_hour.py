@@ -213,6 +213,7 @@ def test_a_typo_in_the_finetune_model_is_one_line_fast(tmp_path: Path) -> None:
     errors = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert result.returncode == 2 and len(errors) == 1, result.stderr
     assert errors[0].startswith("error: cannot load the tokenizer 'someorg/typo-model'")
+    assert str(swift) not in result.stdout  # no command is shown for a run that cannot start
     assert seconds < startup_seconds("finetune", tmp_path) + 3, seconds
 
 

@@ -103,6 +103,25 @@ def test_compare_per_bucket_reductions_and_accuracies() -> None:
     assert got["mcnemar"]["sprint_only"] == 1 and got["mcnemar"]["baseline_only"] == 1
 
 
+def test_decoded_reduction_has_its_own_interval_on_the_same_resamples() -> None:
+    # decoded = sequential + 50 tag tokens on every problem: the decoded reduction is smaller,
+    # and with the same seed each bound is the plain bound's resample shifted by 50/mean(baseline)
+    base = [1000.0, 2000.0, 3000.0, 4000.0, 5000.0, 6000.0]
+    seq = [400.0, 1500.0, 900.0, 3000.0, 2500.0, 1000.0]
+    pairs = [Pair(str(i), True, True, s, b, M.bucket_of(b), s + 50) for i, (s, b) in enumerate(zip(seq, base))]
+    got = M.compare(pairs, resamples=500, seed=3)["overall"]
+    assert got["reduction"] == pytest.approx(1 - sum(seq) / sum(base))
+    assert got["reduction_decoded"] == pytest.approx(1 - (sum(seq) + 300) / sum(base))
+    lo, hi = got["reduction_ci"]
+    dlo, dhi = got["reduction_decoded_ci"]
+    assert dlo < got["reduction_decoded"] < dhi and dlo < lo and dhi < hi
+    without = [Pair(p.id, True, True, p.sprint_tokens, p.baseline_tokens, p.bucket) for p in pairs]
+    none = M.compare(without, resamples=500, seed=3)["overall"]
+    assert none["reduction_decoded"] is None and none["reduction_decoded_ci"] is None
+    agg = M.aggregate_comparisons([M.compare(pairs, resamples=50, seed=0), M.compare(pairs, resamples=50, seed=1)])
+    assert agg["reduction_decoded"]["mean"] == pytest.approx(got["reduction_decoded"])
+
+
 def test_pair_matches_ids_and_uses_reference_lengths() -> None:
     sprint = [ProblemResult("x", True, True, sequential=10), ProblemResult("y", False, False, sequential=20),
               ProblemResult("only_sprint", True, True, sequential=5)]
