@@ -342,7 +342,8 @@ def pack_with(cfg: PackConfig) -> dict[str, Any]:
         "merge_span": MERGE_SPAN,
         "comments": cfg.comments,
     }
-    with RunDir(Path(cfg.out_dir), "pack", config, overwrite=cfg.overwrite) as run:
+    # every record is written anew, so the folder's old records are never read (60k traces: GBs)
+    with RunDir(Path(cfg.out_dir), "pack", config, overwrite=cfg.overwrite, load_done=False) as run:
         return _pack_into(run, cfg, source, agent_prompt, started)
 
 

@@ -319,6 +319,7 @@ class RunDir:
     config: dict[str, Any]
     overwrite: bool = False
     retry_failed: bool = True
+    load_done: bool = True  # False for a stage that rewrites every record (pack): resuming reads nothing
     done: dict[str, dict] = field(default_factory=dict, init=False)
     started: float = field(default_factory=time.time, init=False)
     # inputs/prompts the manifest written with the first record carries (the stage knows them up front)
@@ -344,7 +345,8 @@ class RunDir:
             self._remove_trash()
             self._guard()
             self._repair_tail()
-            self._load_done()
+            if self.load_done:
+                self._load_done()
         except BaseException:
             self.close()
             raise
@@ -433,13 +435,29 @@ class RunDir:
             shutil.rmtree(old, ignore_errors=True)
 
     def _repair_tail(self) -> None:
-        """Cut a half-written last line left by a kill, so appends start on a line boundary."""
+        """Cut a half-written last line left by a kill, so appends start on a line boundary.
+
+        Reads backwards from the end, a block at a time: a folder of 60k traces holds GBs of records.
+        """
         if not self.records_path.exists():
             return
         with disk_errors(self.records_path, "repair"), open(self.records_path, "rb+") as f:
-            data = f.read()
-            if data and not data.endswith(b"\n"):
-                f.truncate(data.rfind(b"\n") + 1)
+            end = f.seek(0, os.SEEK_END)
+            if end == 0:
+                return
+            f.seek(end - 1)
+            if f.read(1) == b"\n":
+                return
+            pos = end
+            while pos > 0:
+                start = max(0, pos - (1 << 16))
+                f.seek(start)
+                newline = f.read(pos - start).rfind(b"\n")
+                if newline >= 0:
+                    f.truncate(start + newline + 1)
+                    return
+                pos = start
+            f.truncate(0)
 
     def _load_done(self) -> None:
         if not self.records_path.exists():

@@ -110,6 +110,15 @@ def test_run_dir_resume_repairs_tail_and_retries_transient(tmp_path):
     assert sorted(loaded["id"]) == ["a", "b", "c"]
 
 
+@pytest.mark.parametrize("tail", [b"", b'{"id": "z", "sta', b"x" * 200_000, b"y" * 65_536])
+@pytest.mark.parametrize("before", [b"", b'{"id": "a"}\n', b'{"id": "a"}\n' + b'{"id": "b", "pad": "' + b"p" * 70_000 + b'"}\n'])
+def test_the_tail_repair_cuts_exactly_the_unfinished_line(tmp_path, before, tail):
+    """Read backwards in blocks: tails and lines longer than a block, and a file with no newline at all."""
+    (tmp_path / "records.jsonl").write_bytes(before + tail)
+    RunDir(tmp_path, "stage", {"model": "m"}, load_done=False).close()
+    assert (tmp_path / "records.jsonl").read_bytes() == before
+
+
 def test_run_dir_guard_and_overwrite(tmp_path):
     RunDir(tmp_path, "stage", {"model": "m", "max_phases": 12}).append({"id": "a", "status": "ok"})
     with pytest.raises(UserError, match="differs in: max_phases"):

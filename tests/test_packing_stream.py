@@ -43,6 +43,26 @@ def test_streamed_outputs_equal_the_whole_input_path(tmp_path: Path) -> None:
     assert not list((tmp_path / "streamed").glob("*.tmp"))  # working files gone
 
 
+def test_packing_again_into_its_folder_rewrites_it_without_reading_the_old_records(tmp_path: Path, monkeypatch) -> None:
+    from sprint.records import RunDir
+
+    rows = _rows(40)
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pack(str(jsonl), tmp_path / "out", seed=5)
+    first = {name: (tmp_path / "out" / name).read_text() for name in ("records.jsonl", "train.jsonl", "test.jsonl")}
+
+    def refuse(self: RunDir) -> None:
+        raise AssertionError("pack read the folder's old records")
+
+    monkeypatch.setattr(RunDir, "_load_done", refuse)
+    pack(str(jsonl), tmp_path / "out", seed=5)  # the same settings: the same folder, rewritten whole
+    for name, text in first.items():
+        assert (tmp_path / "out" / name).read_text() == text, name
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert sum(manifest["counts"].values()) == len(read_jsonl(tmp_path / "out" / "records.jsonl")) == 40
+
+
 def test_stream_input_errors_leave_no_outputs(tmp_path: Path) -> None:
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"id": f"r{i}", "components": [], "dag": {}}) + "\n" for i in range(3)))
