@@ -186,11 +186,7 @@ def write_manifest(
         usage = dict(usage)
         model = config.get("model") or config.get("planner_model")
         if model and usage:
-            batch = bool(config.get("batch"))  # this run's mode prices the folder (records do not say theirs)
-            cost = estimate_cost(str(model), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), batch)
-            if cost is not None:
-                usage["estimated_cost_usd"] = cost
-                usage["priced_as"] = "batch" if batch else "online"
+            price_usage(usage, str(model), bool(config.get("batch")))
         manifest["usage"] = usage
     manifest["started"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -206,6 +202,15 @@ def estimate_cost(model: str, prompt_tokens: int, completion_tokens: int, batch:
         return None
     online = (prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6
     return round(online * BATCH_DISCOUNT if batch else online, 4)
+
+
+def price_usage(usage: dict[str, Any], model: str, batch: bool) -> None:
+    """Add `estimated_cost_usd` and `priced_as` to a usage dict, for a model with list prices.
+    This run's mode prices the whole folder: records answered online and by batch look alike."""
+    cost = estimate_cost(model, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), batch)
+    if cost is not None:
+        usage["estimated_cost_usd"] = cost
+        usage["priced_as"] = "batch" if batch else "online"
 
 
 def _release_lock(fd: int, path: Path, inode: tuple[int, int]) -> None:

@@ -30,7 +30,7 @@ from sprint.data import Item, fingerprint, load_items
 from sprint.errors import ServerStopped, UserError, failed_items_exit
 from sprint.llm import DEFAULT_MAX_CONNECTION_FAILURES, RUN_STOP, TRANSIENT_KINDS, LLMClient, LLMConfig, LLMError, RunStop, Sampling
 from sprint.options import add_command, config_from, flag_name, option, optional_int
-from sprint.records import RunDir, atomic_write, estimate_cost, text_hash
+from sprint.records import RunDir, atomic_write, estimate_cost, price_usage, text_hash
 
 log = logging.getLogger(__name__)
 
@@ -364,10 +364,7 @@ async def run_stage(
         manifest(used)
     model = run.config.get("model")
     if model:
-        cost = estimate_cost(str(model), used["prompt_tokens"], used["completion_tokens"], bool(run.config.get("batch")))
-        if cost is not None:
-            used["estimated_cost_usd"] = cost
-            used["priced_as"] = "batch" if run.config.get("batch") else "online"
+        price_usage(used, str(model), bool(run.config.get("batch")))
     return StageOutcome(
         stage=stage,
         run=run,
