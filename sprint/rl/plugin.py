@@ -10,6 +10,8 @@ It registers, in ms-swift's own tables,
   get one reward; ms-swift groups them by request id (its per-request "dynamic sample" mode).
   Overriding `run()` needs server mode: `swift rollout --vllm_use_async_engine true`.
 - `orms["sprint_correct"|"sprint_format"|"sprint_latency"]`: the rewards of sprint.rl.rewards.
+On a machine without CUDA and with SPRINT_RL_CPU_WEIGHT_SYNC=1 (the CPU smoke test only), it also
+installs the trainer's side of a CPU weight sync (sprint.rl.cpu_sync).
 
 This file imports ms-swift, so only the RL environment (.venv-rl, scripts/install_rl.sh, which also
 installs the sprint package) can load it; sprint.rl.rollout and sprint.rl.rewards do not need it.
@@ -28,6 +30,7 @@ from swift.rewards import ORM, orms
 from swift.rollout import MultiTurnScheduler, multi_turns
 
 from sprint.llm import Sampling
+from sprint.rl import cpu_sync
 from sprint.rl.rewards import batch_rewards
 from sprint.rl.rollout import CallSample, Generation, RolloutConfig, run_rollout, token_counter
 
@@ -119,3 +122,4 @@ class SprintLatency(_SprintReward):
 multi_turns[SCHEDULER_NAME] = SprintScheduler
 for _cls in (SprintCorrect, SprintFormat, SprintLatency):
     orms[_cls.reward] = _cls
+cpu_sync.install("trainer")
