@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from tokenizers import Tokenizer
 
@@ -135,13 +135,8 @@ def _check_balanced(text: str) -> None:
 
     `text` is what follows the question: the question itself is never scanned for tags.
     """
-    pos = 0
-    while True:
-        m = _OPEN_RE.search(text, pos)
-        if not m:
-            return
+    for m, close, _ in _blocks(text, _OPEN_RE):
         name = m.group(1)
-        close = text.find(f"</{name}>", m.end())
         if close < 0:
             if name == "Final_answer":  # a truncated answer still counts as an answer
                 return
@@ -149,12 +144,24 @@ def _check_balanced(text: str) -> None:
         inner = _OPEN_RE.search(text, m.end(), close)
         if inner:
             raise TrajectoryError(f"misplaced tag: <{inner.group(1)}> opens inside <{name}> at offset {inner.start()}")
-        pos = close + len(name) + 3
+
+
+def _blocks(text: str, open_re: re.Pattern[str]) -> Iterator[tuple[re.Match[str], int, int]]:
+    """The one block scanner: each opening tag `open_re` finds (its group 1 is the tag's name), in
+    order, with the offset of its closing tag (-1: never closed) and where the block ends (after the
+    closing tag; the text's end when never closed). The scan resumes after a closed block, or right
+    after the tag of an unclosed one."""
+    pos = 0
+    while m := open_re.search(text, pos):
+        closing = f"</{m.group(1)}>"
+        close = text.find(closing, m.end())
+        yield m, close, close + len(closing) if close >= 0 else len(text)
+        pos = close + len(closing) if close >= 0 else m.end()
 
 
 _Q_OPEN, _Q_CLOSE = "<Question>", "</Question>"
 _BLOCK_OPEN_RE = re.compile(r"<(Plan_(\d+)|Execution_(\d+)|Final_answer)>")
-_EXEC_OPEN_RE = re.compile(r"<execution_(\d+\.\d+)>")
+_EXEC_OPEN_RE = re.compile(r"<(execution_(\d+\.\d+))>")
 # What may directly follow the question's closing tag: the generation's first block, `<think>`,
 # a chat template's markers (`<|im_end|>`, `<｜Assistant｜>`), or nothing.
 _AFTER_QUESTION = ("<think>", "<Plan_", "<Final_answer>", "<Execution_", "<|", "<\uff5c")
@@ -163,16 +170,12 @@ _AFTER_QUESTION = ("<think>", "<Plan_", "<Final_answer>", "<Execution_", "<|", "
 def _outside_blocks(text: str) -> str:
     """The text of `text` that lies outside its (positionally matched) blocks, `<think>` tags removed."""
     out, pos = [], 0
-    while True:
-        m = _BLOCK_OPEN_RE.search(text, pos)
-        if not m:
-            out.append(text[pos:])
-            break
+    for m, close, end in _blocks(text, _BLOCK_OPEN_RE):
         out.append(text[pos:m.start()])
-        close = text.find(f"</{m.group(1)}>", m.end())
-        if close < 0:
+        pos = end
+        if close < 0:  # never closed: the rest of the text is inside it
             break
-        pos = close + len(m.group(1)) + 3
+    out.append(text[pos:])
     return "".join(out).replace("<think>", "").replace("</think>", "")
 
 
@@ -208,17 +211,9 @@ def question_span(text: str) -> tuple[int, int] | None:
 
 def _executions(block: str) -> list[Execution]:
     """The `<execution_p.k>` entries of an Execution block, read in order; their text is opaque."""
-    found, pos = [], 0
-    while True:
-        m = _EXEC_OPEN_RE.search(block, pos)
-        if not m:
-            return found
-        close = block.find(f"</execution_{m.group(1)}>", m.end())
-        if close < 0:  # never closed: dropped (a cut-off generation)
-            pos = m.end()
-            continue
-        found.append(Execution(m.group(1), block[m.end():close].strip()))
-        pos = close + len(m.group(1)) + len("</execution_>")
+    # one never closed is dropped (a cut-off generation)
+    return [Execution(m.group(2), block[m.end():close].strip())
+            for m, close, _ in _blocks(block, _EXEC_OPEN_RE) if close >= 0]
 
 
 def parse(text: str, strict: bool = True) -> Trajectory:
@@ -238,25 +233,17 @@ def parse(text: str, strict: bool = True) -> Trajectory:
     execs: dict[int, list[Execution]] = {}
     phases: list[Phase] = []
     final = None
-    pos = 0
-    while True:
-        m = _BLOCK_OPEN_RE.search(rest, pos)
-        if not m:
-            break
-        name = m.group(1)
-        close = rest.find(f"</{name}>", m.end())
-        if name == "Final_answer":  # the first final answer ends the trajectory (a cut-off one too)
+    for m, close, _ in _blocks(rest, _BLOCK_OPEN_RE):
+        if m.group(1) == "Final_answer":  # the first final answer ends the trajectory (a cut-off one too)
             final = rest[m.end(): close if close >= 0 else len(rest)].strip()
             break
         if close < 0:  # never closed: dropped in lenient mode (strict mode refused it above)
-            pos = m.end()
             continue
         body = rest[m.end():close]
         if m.group(2) is not None:
             phases.append(Phase(int(m.group(2)), body.strip(), []))
         else:
             execs.setdefault(int(m.group(3)), _executions(body))
-        pos = close + len(name) + 3
     for phase in phases:
         phase.executions = execs.get(phase.number, [])
     numbers = [p.number for p in phases]
