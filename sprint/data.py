@@ -23,6 +23,7 @@ from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 from sprint.errors import UserError
+from sprint.options import env_switch
 
 log = logging.getLogger(__name__)
 
@@ -266,10 +267,6 @@ OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 HUB_LOGGERS = ("huggingface_hub", "datasets", "fsspec", "filelock", "urllib3", "transformers")
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def hub_problem(repo_id: str | None = None, kind: str = "datasets", timeout: float = HUB_PROBE_SECONDS) -> str | None:
     """Why the Hugging Face hub cannot give `repo_id` now (offline mode, no route, no answer, no such
     repo, HTTP errors), as the end of a sentence; None when it can (or when no repo is asked about
@@ -280,7 +277,7 @@ def hub_problem(repo_id: str | None = None, kind: str = "datasets", timeout: flo
     before giving up; this says the same in one line at once.
     """
     for var in OFFLINE_VARS:
-        if _truthy(os.environ.get(var)):
+        if env_switch(os.environ.get(var)):
             return f"the Hugging Face hub cannot be used ({var}={os.environ[var]} is set: offline mode)"
     endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
     host = urlsplit(endpoint).netloc or endpoint

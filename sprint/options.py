@@ -30,6 +30,12 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected one of {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}, got {value!r}")
 
 
+def env_switch(value: str | None) -> bool:
+    """An environment switch (HF_HUB_OFFLINE, SPRINT_RL_CPU_WEIGHT_SYNC): on for one of TRUE_WORDS,
+    off for anything else, unset included, as the libraries that read such variables treat them."""
+    return (value or "").strip().lower() in TRUE_WORDS
+
+
 def optional_int(value: str) -> int | None:
     """An int, or `none`/empty for "let the server choose" (e.g. seeds)."""
     return None if str(value).strip().lower() in ("none", "") else int(value)

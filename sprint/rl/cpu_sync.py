@@ -40,6 +40,8 @@ import torch
 from torch.distributed import BroadcastOptions, PrefixStore
 from torch.distributed.distributed_c10d import ProcessGroupGloo
 
+from sprint.options import env_switch
+
 ENV = "SPRINT_RL_CPU_WEIGHT_SYNC"
 TRAINER_MODULE = "swift.rlhf_trainers.vllm_client"  # VLLMClient: the sending side
 SERVER_MODULE = "swift.pipelines.infer.rollout"  # WeightSyncWorkerExtension: the receiving side
@@ -53,7 +55,7 @@ log = logging.getLogger(__name__)
 
 def enabled() -> bool:
     """Opted in, and no CUDA device: the one case this path is meant for."""
-    return os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on") and not torch.cuda.is_available()
+    return env_switch(os.environ.get(ENV)) and not torch.cuda.is_available()
 
 
 def digest(tensor: torch.Tensor) -> tuple[int, int]:
@@ -140,7 +142,7 @@ def install(side: str) -> bool:
     side: "trainer" (VLLMClient, which sends) or "server" (the rollout worker extension, which
     receives). Returns whether it did: only with the opt-in set and no CUDA.
     """
-    if os.environ.get(ENV) and torch.cuda.is_available():
+    if env_switch(os.environ.get(ENV)) and torch.cuda.is_available():
         log.warning("%s: %s is set but CUDA is present; keeping ms-swift's NCCL weight sync", LOG_TAG, ENV)
     if not enabled():
         return False
