@@ -168,6 +168,12 @@ def sync_lines(text: str, rank: str | None = None) -> list[tuple[str, int, str]]
     return [(m[2], int(m[3]), m[4]) for m in SYNC_LINE.finditer(text) if rank is None or m[1] == rank]
 
 
+def assert_loaded(server_log: str) -> None:
+    """No failed worker call and no layer left out (vLLM logs both) in the rollout server's log."""
+    assert "Method execution failed" not in server_log and "Failed to load weights" not in server_log, \
+        server_log[-4000:]
+
+
 def test_grpo_two_steps_against_the_rollout_server(setup: dict, rollout_server: str):
     rlhf, out = setup["cmds"]["rlhf"], Path(setup["opts"].output_dir)
     started = time.monotonic()
@@ -196,9 +202,7 @@ def test_grpo_two_steps_against_the_rollout_server(setup: dict, rollout_server: 
     assert [(n, crc) for _, n, crc in received] == [(n, crc) for _, n, crc in sent]
     assert all(d == "received" for d, _, _ in received)
     assert sum(n for _, n, _ in sent) >= (checkpoints[0] / "model.safetensors").stat().st_size // 2
-    # ... and loaded: every layer (vLLM warns of a layer left out), after every sync
-    assert "Method execution failed" not in server_log and "Failed to load weights" not in server_log, \
-        server_log[-4000:]
+    assert_loaded(server_log)  # ... and loaded: every layer, after every sync
     reloads = server_log.count("sprint cpu weight sync: weights reloaded into the vLLM model")
     assert reloads >= 1 and reloads == server_log.count("POST /process_weights_after_loading/")
 
@@ -222,5 +226,4 @@ def test_a_weight_sync_changes_what_the_server_computes(setup: dict, rollout_ser
     assert got["zero_norm"] == pytest.approx([uniform] * len(got["zero_norm"]), abs=1e-3)
     for name in ("original", "restored"):  # a random model's own distribution is far from uniform
         assert max(abs(x - uniform) for x in got[name]) > 0.05, name
-    server_log = (setup["work"] / "rollout.log").read_text()
-    assert "Method execution failed" not in server_log and "Failed to load weights" not in server_log
+    assert_loaded((setup["work"] / "rollout.log").read_text())
