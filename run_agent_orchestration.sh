@@ -3,7 +3,7 @@
 # Every variable can be set from the environment, e.g.
 #   PLANNER_MODEL=sprint-7b RANGE=0:50 OUT_DIR=outputs/sprint-math500 ./run_agent_orchestration.sh
 # A variable left empty passes no flag, so the default of `sprint orchestrate` applies
-# (each default is written once, in sprint/orchestration.py; see `sprint orchestrate --help`).
+# (each default is written once, in sprint/inference/orchestration.py; see `sprint orchestrate --help`).
 # Extra arguments are passed on to `sprint orchestrate`, e.g. the switches --overwrite (start the
 # folder afresh), --no-retry-failed, --no-cache, --no-progress, --affinity-header NAME, or
 # --max-connection-failures N (stop after N failed connections in a row).

@@ -2,7 +2,7 @@
 # Sequential baseline: one generation per problem with the same agent prompt and output layout
 # as run_agent_orchestration.sh. Every variable can be set from the environment; one left empty
 # passes no flag, so the default of `sprint baseline` applies (written once, in
-# sprint/baseline.py; see `sprint baseline --help`).
+# sprint/inference/baseline.py; see `sprint baseline --help`).
 # Extra arguments are passed on to `sprint baseline`, e.g. the switches --overwrite (start the
 # folder afresh), --no-retry-failed, --no-cache, --no-progress, --affinity-header NAME, or
 # --max-connection-failures N (stop after N failed connections in a row).

@@ -4,7 +4,7 @@
 # speedup. Any model of the recorded model's shape will do (random weights too, see
 # scripts/time_on_gpus.sh). Every variable can be set from the environment; one left empty passes
 # no flag, so the default of `sprint time-replay` applies (written once, in
-# sprint/time_replay.py; see `sprint time-replay --help`).
+# sprint/timing/time_replay.py; see `sprint time-replay --help`).
 # Extra arguments are passed on to `sprint time-replay`, e.g. --prompt-mode, --agent-prompt FILE,
 # --temperature, --top-p, --timeout SECONDS, --warmup N, --resamples N (see its --help).
 set -euo pipefail

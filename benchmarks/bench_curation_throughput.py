@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the scripted server lives with the te
 
 from fake_server import FakeServer  # noqa: E402
 
-from sprint.components import separate_components  # noqa: E402
+from sprint.curation.components import separate_components  # noqa: E402
 
 MODEL = "test-model"
 

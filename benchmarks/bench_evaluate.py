@@ -26,7 +26,7 @@ from pathlib import Path
 
 from real_corpus import build_runs, data_root
 
-from sprint.trajectory import count_tokens, parse, token_counter
+from sprint.format.trajectory import count_tokens, parse, token_counter
 
 TARGET_S = 4.0
 

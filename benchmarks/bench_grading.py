@@ -21,8 +21,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sprint.tasks import grade_many
-from sprint.trajectory import load_tokenizer
+from sprint.tasks.registry import grade_many
+from sprint.format.trajectory import load_tokenizer
 
 
 def reformat(answer: str) -> str:

@@ -9,7 +9,7 @@ so they do not depend on the time scale; the scale only makes the run short.
    both): orchestration wall-clock / critical-path bound, for `--schedule barrier` and `stream`,
    and stream / barrier. The wall-clock of a problem runs from its start to the end of its last
    model call (grading and writing the record come after). The bound is
-   `sprint.latency.critical_path` with the server's latency model and token counts.
+   `sprint.timing.latency.critical_path` with the server's latency model and token counts.
 2. All problems at once against a server serving at most `--capacity` sequences:
    makespan / ideal, where ideal = max(total work / capacity, longest critical path) and the work
    of a call is the time it holds a slot (prefill + decode, from the critical-path timeline).
@@ -37,13 +37,13 @@ from pathlib import Path
 
 from make_trajectories import make_problems, write_problems
 
-from sprint.latency import LatencyModel, critical_path_timeline
-from sprint.orchestration import OrchestrationConfig, orchestrate
-from sprint.prompt_format import PromptFormat, load_agent_prompt
-from sprint.replay_server import DEFAULT_MODEL, DEFAULT_TOKENIZER
-from sprint.wire import Splitter
-from sprint.serve import free_port
-from sprint.trajectory import Trajectory, parse, render_question
+from sprint.timing.latency import LatencyModel, critical_path_timeline
+from sprint.inference.orchestration import OrchestrationConfig, orchestrate
+from sprint.format.prompt_format import PromptFormat, load_agent_prompt
+from sprint.timing.replay_server import DEFAULT_MODEL, DEFAULT_TOKENIZER
+from sprint.timing.wire import Splitter
+from sprint.llm.serve import free_port
+from sprint.format.trajectory import Trajectory, parse, render_question
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -28,10 +28,10 @@ from pathlib import Path
 
 from bench_orchestration import ServerSpec, calls_end, data_root, make_workload, ok_records, prompt_overhead, replay_process
 
-from sprint.latency import critical_path
-from sprint.orchestration import OrchestrationConfig, orchestrate
-from sprint.replay_server import DEFAULT_MODEL
-from sprint.wire import Splitter
+from sprint.timing.latency import critical_path
+from sprint.inference.orchestration import OrchestrationConfig, orchestrate
+from sprint.timing.replay_server import DEFAULT_MODEL
+from sprint.timing.wire import Splitter
 
 
 def run(url: str, data: str, out: Path, n: int, priority: bool) -> dict[str, dict]:

@@ -40,12 +40,12 @@ from bench_orchestration import (
     run_orchestrate,
 )
 
-from sprint.latency import LatencyModel, critical_path
-from sprint.baseline import BaselineConfig, baseline
-from sprint.replay_server import DEFAULT_BASELINE_MODEL
-from sprint.wire import Splitter
-from sprint.schedule import SCHEDULES
-from sprint.trajectory import count_tokens
+from sprint.timing.latency import LatencyModel, critical_path
+from sprint.inference.baseline import BaselineConfig, baseline
+from sprint.timing.replay_server import DEFAULT_BASELINE_MODEL
+from sprint.timing.wire import Splitter
+from sprint.inference.schedule import SCHEDULES
+from sprint.format.trajectory import count_tokens
 
 
 def run_baseline(url: str, work: Workload, out: Path, workers: int) -> dict[str, dict]:

@@ -33,9 +33,9 @@ from pathlib import Path
 
 from make_trajectories import make_problems, write_problems
 
-from sprint.latency_fit import fit_latency, fit_text, samples_from_timing, timing_table
-from sprint.serve import default_python, free_port, local_vllm
-from sprint.time_replay import TimeReplayConfig, time_replay
+from sprint.timing.latency_fit import fit_latency, fit_text, samples_from_timing, timing_table
+from sprint.llm.serve import default_python, free_port, local_vllm
+from sprint.timing.time_replay import TimeReplayConfig, time_replay
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = "tokenizers/deepseek-r1-distill-qwen-7b"

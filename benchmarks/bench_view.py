@@ -21,8 +21,8 @@ from pathlib import Path
 
 from make_trajectories import make_problems, write_problems
 
-from sprint.data import resolve_local
-from sprint.view import DEFAULT_TOKENIZER, ViewConfig, build
+from sprint.core.data import resolve_local
+from sprint.viewer.site import DEFAULT_TOKENIZER, ViewConfig, build
 
 MAX_SECONDS = 10.0
 MAX_MB = 30.0

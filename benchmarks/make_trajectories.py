@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from sprint.trajectory import Execution, Phase, Trajectory, render_prompt, render_question
+from sprint.format.trajectory import Execution, Phase, Trajectory, render_prompt, render_question
 
 # (phases, weight): most SPRINT trajectories on MATH have 2-6 phases, a few run to the limit.
 PHASE_WEIGHTS = [6, 12, 16, 15, 13, 10, 8, 6, 5, 4, 3]  # 1..11 phases

@@ -25,9 +25,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from sprint.data import resolve_local, safe_id
-from sprint.records import RunDir
-from sprint.trajectory import Execution, Phase, Trajectory, render_prompt
+from sprint.core.data import resolve_local, safe_id
+from sprint.core.records import RunDir
+from sprint.format.trajectory import Execution, Phase, Trajectory, render_prompt
 
 MEDIAN_TOKENS = 1700  # R1-Distill on MATH: median trace length
 SIGMA = 0.95          # lognormal spread: P(> 8k tokens) ~ 5-6 %, mean ~ 2.7k

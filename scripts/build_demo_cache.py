@@ -4,7 +4,7 @@ No capable model runs on the CI machine, so the demo's component separation (sta
 creation (stage 2) are answered from this cache. Its answers are in examples/demo/answers.jsonl,
 hand-written in the format a capable model returns. For every trace this script computes the
 exact request each stage sends (the stage's own prompt builder, the packaged template, the
-stage's default sampling, `sprint.llm.cache_key`) and stores the answer under that key in the LLM
+stage's default sampling, `sprint.llm.client.cache_key`) and stores the answer under that key in the LLM
 client's own cache format. Stage 2's request is built from the components parsed out of the
 stage-1 answer, exactly as stage 1 records them.
 
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprint import components as stage1
-from sprint import dag as stage2
-from sprint.data import Item, load_items
-from sprint.errors import UserError
-from sprint.llm import Completion, LLMClient, LLMConfig, Sampling, cache_key
-from sprint.stage import DEFAULT_MODEL, load_prompt
+from sprint.curation import components as stage1
+from sprint.curation import dag as stage2
+from sprint.core.data import Item, load_items
+from sprint.core.errors import UserError
+from sprint.llm.client import Completion, LLMClient, LLMConfig, Sampling, cache_key
+from sprint.curation.stage import DEFAULT_MODEL, load_prompt
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "examples" / "demo"
 KIND = "chat"  # both stages call client.chat

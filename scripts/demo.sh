@@ -31,7 +31,7 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 step() { echo; echo "=== [$(( $(date +%s) - t0 )) s] $*"; }
 
-TOKENIZER=$("$PY" -c "import sys; from sprint.data import resolve_local; print(resolve_local(sys.argv[1]) or sys.argv[1])" "$BASE_TOKENIZER")
+TOKENIZER=$("$PY" -c "import sys; from sprint.core.data import resolve_local; print(resolve_local(sys.argv[1]) or sys.argv[1])" "$BASE_TOKENIZER")
 
 step "0. tiny random-weight Qwen2 base model (tokenizer: $TOKENIZER)"
 if [[ ! -f "$OUT/base-model/config.json" ]]; then
@@ -83,7 +83,7 @@ step "7. replay: the packed trajectories through the real orchestrator (replay s
 REPLAY="$OUT/replay"
 TIME_SCALE="${TIME_SCALE:-0.5}"   # the replay server's delays x this; the viewer divides it back out
 "$PY" scripts/demo_replay.py "$OUT"
-RPORT=$("$PY" -c "from sprint.serve import free_port; print(free_port())")
+RPORT=$("$PY" -c "from sprint.llm.serve import free_port; print(free_port())")
 "$PY" -m sprint replay-server "$REPLAY/recorded" --port "$RPORT" --time-scale "$TIME_SCALE" \
   --tokenizer "$TOKENIZER" > "$REPLAY/server.log" 2>&1 &
 RPID=$!

@@ -19,8 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from sprint.data import safe_id
-from sprint.trajectory import render_question
+from sprint.core.data import safe_id
+from sprint.format.trajectory import render_question
 
 
 def main(out: Path, traces: Path) -> int:

@@ -16,7 +16,7 @@ else
   exit 2
 fi
 
-# is_true VAR: the variable's value as a boolean, as `sprint.options.parse_bool` reads one:
+# is_true VAR: the variable's value as a boolean, as `sprint.core.options.parse_bool` reads one:
 # 1/true/yes/on -> true, 0/false/no/off (or empty) -> false, any case; anything else stops the script.
 is_true() {
   local value="${!1:-}"

@@ -53,7 +53,7 @@ mkdir -p "$MODEL_DIR"
 import json, shutil, sys
 from pathlib import Path
 
-from sprint.trajectory import tokenizer_source
+from sprint.format.trajectory import tokenizer_source
 
 out, tokenizer = Path(sys.argv[1]), sys.argv[2]
 # The tokenizer files as published (copied, not re-saved: vLLM's transformers may be older than ours).

@@ -9,27 +9,27 @@ import os
 import sys
 from typing import NoReturn
 
-from sprint.errors import EXIT_INTERRUPTED, EXIT_USER, SprintExit
-from sprint.options import with_variable
-from sprint.records import disk_error
+from sprint.core.errors import EXIT_INTERRUPTED, EXIT_USER, SprintExit
+from sprint.core.options import with_variable
+from sprint.core.records import disk_error
 
 # name -> (module, one-line help). The module is imported only when its command is chosen, so
 # `sprint --help` and a small `pack` start at once; the module's `register(subparsers)` adds the
 # subcommand(s) with their handler stored as `func`, returning an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "components": ("sprint.components", "stage 1: split reasoning traces into plan/execution components with an LLM"),
-    "dag": ("sprint.dag", "stage 2: ask an LLM which components depend on which (a parent dictionary)"),
-    "pack": ("sprint.packing", "stage 3: pack components + DAGs into trajectories and write the SFT dataset"),
-    "check-sft": ("sprint.sft_check", "check an SFT dataset (roles, empty turns, token lengths) before training"),
-    "finetune": ("sprint.finetune", "fine-tune with ms-swift (`swift sft` with configs/finetune_<tuner>.yaml)"),
-    "orchestrate": ("sprint.orchestration", "SPRINT inference: planner/executor phases on an OpenAI-compatible server"),
-    "baseline": ("sprint.baseline", "sequential baseline: one generation per problem with the same agent prompt"),
-    "evaluate": ("sprint.evaluate", "grade runs, count sequential/total tokens, compare with a baseline, write report.md"),
-    "replay-server": ("sprint.replay_server", "serve recorded trajectories over an OpenAI-compatible API with GPU-like timing"),
-    "serve": ("sprint.serve", "serve a local model with vLLM in the foreground (Ctrl-C stops it)"),
-    "view": ("sprint.view", "write a static HTML viewer of runs: problem table, phases, call timelines"),
-    "time-replay": ("sprint.time_replay", "time recorded runs on a real engine with forced output lengths"),
-    "fit-latency": ("sprint.latency_fit", "fit the replay latency model to time-replay measurements"),
+    "components": ("sprint.curation.components", "stage 1: split reasoning traces into plan/execution components with an LLM"),
+    "dag": ("sprint.curation.dag", "stage 2: ask an LLM which components depend on which (a parent dictionary)"),
+    "pack": ("sprint.curation.packing", "stage 3: pack components + DAGs into trajectories and write the SFT dataset"),
+    "check-sft": ("sprint.training.sft_check", "check an SFT dataset (roles, empty turns, token lengths) before training"),
+    "finetune": ("sprint.training.finetune", "fine-tune with ms-swift (`swift sft` with configs/finetune_<tuner>.yaml)"),
+    "orchestrate": ("sprint.inference.orchestration", "SPRINT inference: planner/executor phases on an OpenAI-compatible server"),
+    "baseline": ("sprint.inference.baseline", "sequential baseline: one generation per problem with the same agent prompt"),
+    "evaluate": ("sprint.evaluation.evaluate", "grade runs, count sequential/total tokens, compare with a baseline, write report.md"),
+    "replay-server": ("sprint.timing.replay_server", "serve recorded trajectories over an OpenAI-compatible API with GPU-like timing"),
+    "serve": ("sprint.llm.serve", "serve a local model with vLLM in the foreground (Ctrl-C stops it)"),
+    "view": ("sprint.viewer.site", "write a static HTML viewer of runs: problem table, phases, call timelines"),
+    "time-replay": ("sprint.timing.time_replay", "time recorded runs on a real engine with forced output lengths"),
+    "fit-latency": ("sprint.timing.latency_fit", "fit the replay latency model to time-replay measurements"),
 }
 
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import pytest
 
-from sprint.serve import default_python, free_port, local_vllm
+from sprint.llm.serve import default_python, free_port, local_vllm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL_TOKENIZER = "tokenizers/deepseek-r1-distill-qwen-7b"

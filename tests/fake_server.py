@@ -7,7 +7,7 @@ exercised end to end, while the answers come from a Python handler the test writ
         ... LLMConfig(base_url=srv.base_url, model="test-model") ...
         assert srv.requests[0][1]["prompt"] == "2+2="
 
-It behaves like vLLM where tests care, through `sprint.wire` (shared with the replay server):
+It behaves like vLLM where tests care, through `sprint.timing.wire` (shared with the replay server):
 `max_tokens` (default 16 on /v1/completions) and `stop` (at most 4 strings, HTTP 400 otherwise)
 are applied to the scripted text by `wire.generate`, `stop_reason` names the stop string that
 matched, and tokens are whitespace-separated words; completion tokens include those of a matched
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sprint import faults, wire
-from sprint.faults import FaultPlan
-from sprint.wire import Generation, Splitter
+from sprint.timing import faults, wire
+from sprint.timing.faults import FaultPlan
+from sprint.timing.wire import Generation, Splitter
 
 DEFAULT_MODEL = "test-model"
 

@@ -27,7 +27,7 @@ from swift.rollout import multi_turns
 from swift.utils import import_external_file
 from transformers import PreTrainedTokenizerFast
 
-from sprint.llm import LLMClient, LLMConfig, Sampling
+from sprint.llm.client import LLMClient, LLMConfig, Sampling
 
 PLUGIN = Path(__file__).resolve().parents[1] / "sprint" / "rl" / "plugin.py"
 

@@ -15,11 +15,11 @@ from fake_server import FakeServer, Reply
 from test_components import MODEL, by_question, good_answer, load_traces, records_of, write_jsonl
 from test_dag import stage1_dir  # noqa: F401 - a fixture
 
-from sprint.batch import collect, requests_text
-from sprint.components import COMPONENTS_STAGE, separate_components
-from sprint.errors import UserError
-from sprint.llm import LLMClient, LLMConfig
-from sprint.stage import sampling_for
+from sprint.curation.batch import collect, requests_text
+from sprint.curation.components import COMPONENTS_STAGE, separate_components
+from sprint.core.errors import UserError
+from sprint.llm.client import LLMClient, LLMConfig
+from sprint.curation.stage import sampling_for
 
 
 def traces(n: int = 8) -> list[dict]:
@@ -97,7 +97,7 @@ def test_a_rerun_resumes_the_submitted_batch_instead_of_paying_twice(tmp_path: P
 
         async def submit_only() -> str:
             async with LLMClient(llm) as client:
-                from sprint.data import load_items
+                from sprint.core.data import load_items
 
                 items = load_items(str(inp))
                 requests, _ = await collect(COMPONENTS_STAGE, items, client, _template(), sampling_for(2048, 0.0))
@@ -122,7 +122,7 @@ def test_a_rerun_resumes_the_submitted_batch_instead_of_paying_twice(tmp_path: P
 
 
 def _template() -> str:
-    from sprint.stage import load_prompt
+    from sprint.curation.stage import load_prompt
 
     return load_prompt(COMPONENTS_STAGE.prompt_name, None)
 

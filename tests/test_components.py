@@ -16,7 +16,7 @@ import pytest
 from fake_server import FakeServer, Reply, dead_url
 
 from sprint.cli import main as cli_main
-from sprint.components import (
+from sprint.curation.components import (
     AnswerError,
     ComponentRanges,
     component_record,
@@ -31,7 +31,7 @@ from sprint.components import (
     uncovered_lines,
     validate_components,
 )
-from sprint.errors import UserError
+from sprint.core.errors import UserError
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces.jsonl"
 MODEL = "test-model"
@@ -824,7 +824,7 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_crash_in_one_item_is_recorded_and_the_rest_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sprint.components as components
+    import sprint.curation.components as components
 
     traces = load_traces()
     inp = write_jsonl(tmp_path / "traces.jsonl", traces)

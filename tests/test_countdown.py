@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sprint.grading import check_countdown
+from sprint.tasks.grading import check_countdown
 
 
 def _rows() -> list[dict]:

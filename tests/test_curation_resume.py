@@ -18,8 +18,8 @@ import pytest
 from fake_server import FakeServer, Reply
 from test_components import by_question, good_answer, load_traces, question_in, records_of, run_stage1, write_jsonl
 
-from sprint.components import separate_components
-from sprint.dag import create_dag
+from sprint.curation.components import separate_components
+from sprint.curation.dag import create_dag
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "test-model"

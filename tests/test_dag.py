@@ -22,7 +22,7 @@ from test_components import (
 )
 
 from sprint.cli import main as cli_main
-from sprint.dag import (
+from sprint.curation.dag import (
     DagError,
     create_dag,
     dag_from_json,
@@ -31,7 +31,7 @@ from sprint.dag import (
     render_components,
     validate_dag,
 )
-from sprint.errors import UserError
+from sprint.core.errors import UserError
 
 MODEL = "test-model"
 

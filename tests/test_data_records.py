@@ -9,9 +9,9 @@ from pathlib import Path
 import datasets
 import pytest
 
-from sprint.data import load_items, parse_range, safe_id
-from sprint.errors import UserError
-from sprint.records import RunDir
+from sprint.core.data import load_items, parse_range, safe_id
+from sprint.core.errors import UserError
+from sprint.core.records import RunDir
 
 SHARED = Path(os.environ.get("SPRINT_LOCAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

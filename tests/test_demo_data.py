@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from sprint.components import separate_components, split_lines
-from sprint.dag import create_dag
-from sprint.packing import DEFAULT_THRESHOLD, pack
-from sprint.serve import free_port
-from sprint.trajectory import parse as parse_trajectory
+from sprint.curation.components import separate_components, split_lines
+from sprint.curation.dag import create_dag
+from sprint.curation.packing import DEFAULT_THRESHOLD, pack
+from sprint.llm.serve import free_port
+from sprint.format.trajectory import parse as parse_trajectory
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO = REPO_ROOT / "examples" / "demo"

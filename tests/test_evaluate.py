@@ -11,12 +11,12 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from sprint import cli
-from sprint.errors import UserError
-from sprint.evaluate import _splits_at_lines, batch_counts, evaluate
-from sprint.metrics import mcnemar_exact
-from sprint.report import load_metrics, render_markdown
-from sprint.runs import load_run
-from sprint.trajectory import load_tokenizer, token_counter
+from sprint.core.errors import UserError
+from sprint.evaluation.evaluate import _splits_at_lines, batch_counts, evaluate
+from sprint.evaluation.metrics import mcnemar_exact
+from sprint.evaluation.report import load_metrics, render_markdown
+from sprint.evaluation.runs import load_run
+from sprint.format.trajectory import load_tokenizer, token_counter
 
 FAST = {"resamples": 100, "workers": 1, "plots": False}
 
@@ -432,8 +432,8 @@ def test_reads_the_folders_orchestration_writes(tmp_path: Path, tok_dir: Path) -
     import re
 
     from fake_server import FakeServer
-    from sprint.baseline import BaselineConfig, baseline
-    from sprint.orchestration import OrchestrationConfig, orchestrate
+    from sprint.inference.baseline import BaselineConfig, baseline
+    from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"problem": f"What is 2+{i}?", "answer": str(2 + i),

@@ -7,10 +7,10 @@ import json
 import random
 from pathlib import Path
 
-from sprint import evaluate as E
-from sprint.records import RunDir
-from sprint.tokencount import load_counter
-from sprint.trajectory import Execution, Phase, Trajectory, count_tokens, parse, render_prompt, token_counter
+from sprint.evaluation import evaluate as E
+from sprint.core.records import RunDir
+from sprint.format.tokencount import load_counter
+from sprint.format.trajectory import Execution, Phase, Trajectory, count_tokens, parse, render_prompt, token_counter
 
 
 def _runs(folder: Path, shared_data: Path, n: int) -> tuple[Path, Path]:

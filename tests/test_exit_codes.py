@@ -19,7 +19,7 @@ from test_reliability import problems_file, solver
 from test_resume_all import TOKENIZER_DIR, cli_env, shared_data, sprint_run
 
 from sprint.cli import main as cli_main
-from sprint.errors import EXIT_ITEMS_FAILED, EXIT_OK, EXIT_USER
+from sprint.core.errors import EXIT_ITEMS_FAILED, EXIT_OK, EXIT_USER
 
 MODEL = "test-model"
 REPO = Path(__file__).resolve().parents[1]
@@ -311,8 +311,8 @@ def test_no_server_answering(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     run in seconds with exit 4 instead of trying every item in full (before: exit 0, `llm_connection: 8`)."""
     import time
 
-    from sprint.errors import EXIT_SERVER_STOPPED
-    from sprint.serve import free_port
+    from sprint.core.errors import EXIT_SERVER_STOPPED
+    from sprint.llm.serve import free_port
 
     rows = load_traces() * 2
     rows = [{**r, "id": f"{r['id']}-{i}", "question": f"{r['question']} ({i})"} for i, r in enumerate(rows)]

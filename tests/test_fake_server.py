@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 from fake_server import FakeServer, Reply, scripted
 
-from sprint import faults
-from sprint.errors import UserError
-from sprint.faults import FaultPlan
-from sprint.wire import Splitter
+from sprint.timing import faults
+from sprint.core.errors import UserError
+from sprint.timing.faults import FaultPlan
+from sprint.timing.wire import Splitter
 
 
 def post(srv: FakeServer, path: str, body: dict, headers: dict | None = None) -> tuple[int, dict, bytes]:

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from test_sft_check import tokenizer_dir  # noqa: F401  (a fixture: the R1 tokenizer of the shared data)
 
-from sprint.errors import UserError
-from sprint.finetune import (
+from sprint.core.errors import UserError
+from sprint.training.finetune import (
     FinetuneOptions,
     SwiftCommand,
     build_command,

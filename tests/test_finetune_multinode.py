@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sprint.errors import UserError
-from sprint.finetune import (
+from sprint.core.errors import UserError
+from sprint.training.finetune import (
     TORCHRUN_VARS, FinetuneOptions, build_command, check_swift_args, command_env, default_swift_bin, node_commands,
     swift_python,
 )

@@ -24,9 +24,9 @@ import pytest
 from fake_server import FakeServer
 
 from sprint.cli import main as cli_main
-from sprint.data import hub_problem, looks_like_path
-from sprint.options import FALSE_WORDS, TRUE_WORDS, parse_bool
-from sprint.trajectory import Execution, Phase, Trajectory, parse, question_span
+from sprint.core.data import hub_problem, looks_like_path
+from sprint.core.options import FALSE_WORDS, TRUE_WORDS, parse_bool
+from sprint.format.trajectory import Execution, Phase, Trajectory, parse, question_span
 
 REPO = Path(__file__).resolve().parents[1]
 SPRINT = REPO / ".venv" / "bin" / "sprint"
@@ -254,7 +254,7 @@ def test_help_and_scripts_run_from_a_directory_holding_a_sprint_folder(tmp_path:
 
 
 def test_boolean_variables_follow_parse_bool(tmp_path: Path) -> None:
-    """The scripts' `is_true` reads a word exactly as `sprint.options.parse_bool` does."""
+    """The scripts' `is_true` reads a word exactly as `sprint.core.options.parse_bool` does."""
     words = [*TRUE_WORDS, *FALSE_WORDS, "YES", "Off", "maybe", "2", "tru"]
     snippet = (f'HERE="{REPO}"; source "$HERE/scripts/run_env.sh"; '
                'for w in "$@"; do X="$w"; if (is_true X) 2>/dev/null; then echo "$w 1"; '
@@ -421,7 +421,7 @@ def test_model_text_that_looks_like_tags_stays_text() -> None:
 
 
 def test_a_hostile_question_through_orchestration_and_evaluation(tmp_path: Path, shared_data: Path) -> None:
-    from sprint.evaluate import evaluate
+    from sprint.evaluation.evaluate import evaluate
 
     rc, [record], prompts = _orchestrate(tmp_path, "hostile", [{"problem": HOSTILE, "answer": "5", "unique_id": "h"}])
     assert rc == 0 and record["status"] == "ok" and record["question"] == HOSTILE

@@ -22,10 +22,10 @@ from test_components import by_question, good_answer, load_traces, write_jsonl
 from test_reliability import problems_file, solver
 from test_resume_all import TOKENIZER_DIR, shared_data, sprint_run
 
-from sprint import records as records_module
+from sprint.core import records as records_module
 from sprint.cli import main as cli_main
-from sprint.errors import EXIT_OK, EXIT_USER, UserError
-from sprint.records import RunDir, atomic_write
+from sprint.core.errors import EXIT_OK, EXIT_USER, UserError
+from sprint.core.records import RunDir, atomic_write
 
 MODEL = "test-model"
 REPO = Path(__file__).resolve().parents[1]
@@ -259,7 +259,7 @@ def test_atomic_write_errors_are_one_line_and_leave_no_temp_file(tmp_path: Path,
 def test_a_disk_error_outside_the_writers_is_one_line_in_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI's last guard: an ENOSPC raised anywhere (here: packing's summary) is one line, exit 2."""
-    from sprint import packing
+    from sprint.curation import packing
 
     def full(*args, **kw):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "out" / "summary.json"))

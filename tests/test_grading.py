@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from sprint.errors import UserError
-from sprint.grading import (
+from sprint.core.errors import UserError
+from sprint.tasks.grading import (
     grade_gpqa,
     grade_math,
     gpqa_letter,
     last_boxed,
     normalize_answer,
 )
-from sprint.tasks import grade, grade_many
+from sprint.tasks.registry import grade, grade_many
 
 
 def _data_dir() -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sprint.cli import COMMANDS, build_parser
-from sprint.options import HelpFormatter
+from sprint.core.options import HelpFormatter
 
 REPO = Path(__file__).resolve().parents[1]
 

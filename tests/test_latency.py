@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from sprint.latency import LatencyModel, critical_path, critical_path_timeline
-from sprint.trajectory import Execution, Phase, Trajectory, parse, render_prompt
+from sprint.timing.latency import LatencyModel, critical_path, critical_path_timeline
+from sprint.format.trajectory import Execution, Phase, Trajectory, parse, render_prompt
 
 
 def words(text: str) -> int:

@@ -1,4 +1,4 @@
-"""sprint.llm over real HTTP: the real openai client against the scripted server."""
+"""sprint.llm.client over real HTTP: the real openai client against the scripted server."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from fake_server import FakeServer, Reply, dead_url, scripted
 
-from sprint.errors import UserError
-from sprint.faults import FaultPlan
-from sprint.llm import Completion, LLMClient, LLMConfig, LLMError, Sampling, cache_key
+from sprint.core.errors import UserError
+from sprint.timing.faults import FaultPlan
+from sprint.llm.client import Completion, LLMClient, LLMConfig, LLMError, Sampling, cache_key
 
 MODEL = "test-model"
 PLANTED_KEY = "sk-planted-3f9c1d7e-DO-NOT-LEAK"

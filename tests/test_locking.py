@@ -25,10 +25,10 @@ from test_components import by_question, good_answer, load_traces, write_jsonl
 from test_reliability import problems_file, solver
 from test_resume_all import TOKENIZER_DIR, cli_env, complete_lines, leftover_tmp, shared_data, sprint_run
 
-from sprint import report
+from sprint.evaluation import report
 from sprint.cli import main as cli_main
-from sprint.errors import EXIT_OK, EXIT_USER, UserError
-from sprint.records import LOCK_NAME, FolderLock, FolderSet, RunDir
+from sprint.core.errors import EXIT_OK, EXIT_USER, UserError
+from sprint.core.records import LOCK_NAME, FolderLock, FolderSet, RunDir
 
 MODEL = "test-model"
 REPO = Path(__file__).resolve().parents[1]
@@ -76,7 +76,7 @@ def test_a_lock_held_by_another_process_is_respected(tmp_path: Path) -> None:
     folder = tmp_path / "out"
     folder.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from sprint.records import FolderLock; "
+        [sys.executable, "-c", "import sys, time; from sprint.core.records import FolderLock; "
          f"lock = FolderLock({str(folder / LOCK_NAME)!r}); lock.acquire(); print('locked', flush=True); time.sleep(60)"],
         cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:

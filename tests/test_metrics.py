@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from sprint import metrics as M
-from sprint.metrics import Pair, ProblemResult
+from sprint.evaluation import metrics as M
+from sprint.evaluation.metrics import Pair, ProblemResult
 
 
 def _pair(pid: str, s_ok: bool, b_ok: bool, s_tok: float | None = 100.0, b_tok: float | None = 100.0) -> Pair:

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from sprint import cli
-from sprint.baseline import BaselineConfig, baseline
-from sprint.orchestration import OrchestrationConfig, orchestrate
-from sprint.prompt_format import PromptFormat, build_prompt_format
-from sprint.trajectory import parse
+from sprint.inference.baseline import BaselineConfig, baseline
+from sprint.inference.orchestration import OrchestrationConfig, orchestrate
+from sprint.format.prompt_format import PromptFormat, build_prompt_format
+from sprint.format.trajectory import parse
 from fake_server import FakeServer, Reply
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -445,7 +445,7 @@ def test_chat_api_continues_the_assistant_message(tmp_path: Path) -> None:
 
 
 def test_raw_mode_with_the_chat_api_is_refused() -> None:
-    from sprint.errors import UserError
+    from sprint.core.errors import UserError
 
     with pytest.raises(UserError, match="prompt-mode chat"):
         PromptFormat(agent_prompt=AGENT, mode="raw", api="chat")
@@ -543,7 +543,7 @@ def test_shell_scripts_drive_the_cli(tmp_path: Path) -> None:
 def test_model_path_starts_vllm_only_when_nothing_answers_locally(tmp_path: Path) -> None:
     from fake_server import dead_url
 
-    from sprint.errors import UserError
+    from sprint.core.errors import UserError
 
     data = _data(tmp_path, ["What is 2+3?"])
     # A server already answers: it is reused, and the manifest says which checkpoint was named.
@@ -588,9 +588,9 @@ def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
     tmp_path: Path, stage: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from sprint import baseline as baseline_module
-    from sprint import orchestration
-    from sprint.errors import UserError
+    from sprint.inference import baseline as baseline_module
+    from sprint.inference import orchestration
+    from sprint.core.errors import UserError
 
     stage_module = orchestration if stage == "orchestrate" else baseline_module  # where the stage takes its seeds
     real_seed = stage_module.call_seed
@@ -604,7 +604,7 @@ def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
     data = _data(tmp_path, ["What is 2+3?", "What is 1+4?", "What is 0+5?"])
     out = tmp_path / stage
     argv = _stage_argv(stage, "{url}", data, out, _agent_file(tmp_path))
-    caplog.set_level(logging.DEBUG, logger="sprint.stage")  # the one worker pool logs crashes
+    caplog.set_level(logging.DEBUG, logger="sprint.curation.stage")  # the one worker pool logs crashes
     with FakeServer(_solver) as srv:
         code = cli.main([a.replace("{url}", srv.base_url) for a in argv])
     assert code == 3 and srv.errors == []  # finished, with a failed (crashed) problem: exit 3

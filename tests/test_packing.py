@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from sprint.cli import main as cli_main
-from sprint.errors import UserError
-from sprint.packing import PackSettings, n_test_rows, pack, pack_record, sft_example, split_ids, sft_user_content
-from sprint.phases import assign_phases, final_answer_from_solution, packed_components, prompt_names
-from sprint.trajectory import Trajectory
+from sprint.core.errors import UserError
+from sprint.curation.packing import PackSettings, n_test_rows, pack, pack_record, sft_example, split_ids, sft_user_content
+from sprint.curation.phases import assign_phases, final_answer_from_solution, packed_components, prompt_names
+from sprint.format.trajectory import Trajectory
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -770,7 +770,7 @@ print(json.dumps(out))
 @pytest.mark.swift
 def test_ms_swift_reads_the_sft_files(tmp_path: Path, tiny_model_dir: Path):
     """ms-swift's own loader keeps our messages unchanged and trains on the whole assistant turn."""
-    from sprint.finetune import default_swift_bin, swift_python
+    from sprint.training.finetune import default_swift_bin, swift_python
 
     python = swift_python(default_swift_bin())
     if not python.exists():

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from test_packing import read_jsonl, synthetic_rows
 
-from sprint.data import load_items
-from sprint.errors import UserError
-from sprint.packing import PackConfig, PackInput, pack, split_ids
+from sprint.core.data import load_items
+from sprint.core.errors import UserError
+from sprint.curation.packing import PackConfig, PackInput, pack, split_ids
 
 
 def _rows(n: int) -> list[dict]:
@@ -44,7 +44,7 @@ def test_streamed_outputs_equal_the_whole_input_path(tmp_path: Path) -> None:
 
 
 def test_packing_again_into_its_folder_rewrites_it_without_reading_the_old_records(tmp_path: Path, monkeypatch) -> None:
-    from sprint.records import RunDir
+    from sprint.core.records import RunDir
 
     rows = _rows(40)
     jsonl = tmp_path / "in.jsonl"

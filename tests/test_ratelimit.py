@@ -12,10 +12,10 @@ from fake_server import FakeServer
 from test_batch import traces
 from test_components import MODEL, by_question, good_answer, write_jsonl
 
-from sprint.components import separate_components
-from sprint.errors import UserError
-from sprint.llm import LLMClient, LLMConfig, Sampling
-from sprint.ratelimit import RateLimiter
+from sprint.curation.components import separate_components
+from sprint.core.errors import UserError
+from sprint.llm.client import LLMClient, LLMConfig, Sampling
+from sprint.llm.ratelimit import RateLimiter
 
 
 def test_requests_are_paced_to_the_token_budget() -> None:

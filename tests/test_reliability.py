@@ -1,6 +1,6 @@
 """Reliability: injected faults, run manifests and the --overwrite guard, stage by stage.
 
-- Every fault kind of `sprint.faults.FaultPlan` is produced by both test servers (the scripted
+- Every fault kind of `sprint.timing.faults.FaultPlan` is produced by both test servers (the scripted
   fake server and the replay server) and classified by the client.
 - Orchestration over 30 problems with 10% server errors, 5% timeouts and 10% garbage answers:
   every problem ends ok or with a classified failure, the counts are printed, nothing is lost,
@@ -26,14 +26,15 @@ import pytest
 from fake_server import FakeServer, Reply
 from test_components import by_question, good_answer, load_traces, write_jsonl
 
-from sprint import faults, inference
+from sprint.inference import run as inference
+from sprint.timing import faults
 from sprint.cli import main as cli_main
-from sprint.components import FAILURE_KINDS, separate_components
-from sprint.dag import create_dag
-from sprint.faults import FaultPlan
-from sprint.llm import ERROR_KINDS, LLMClient, LLMConfig, LLMError, Sampling
-from sprint.baseline import BaselineConfig, baseline
-from sprint.orchestration import OrchestrationConfig, orchestrate
+from sprint.curation.components import FAILURE_KINDS, separate_components
+from sprint.curation.dag import create_dag
+from sprint.timing.faults import FaultPlan
+from sprint.llm.client import ERROR_KINDS, LLMClient, LLMConfig, LLMError, Sampling
+from sprint.inference.baseline import BaselineConfig, baseline
+from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 
 MODEL = "test-model"
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +103,7 @@ def test_fake_server_produces_every_fault_and_the_client_classifies_it(fault: st
 def test_replay_server_produces_every_fault_and_the_client_classifies_it(fault: str, tmp_path: Path) -> None:
     from test_replay import FAST, MODEL as REPLAY_MODEL, planner_prompt, sums
 
-    from sprint.replay_server import replay_server
+    from sprint.timing.replay_server import replay_server
 
     traj = sums()
     (tmp_path / "t.txt").write_text(traj.render() + "\n", encoding="utf-8")
@@ -350,7 +351,7 @@ def test_every_stage_writes_a_full_manifest(tmp_path: Path) -> None:
 def test_evaluate_writes_a_manifest(tmp_path: Path) -> None:
     from test_resume_all import TOKENIZER_DIR, shared_data, sprint_run
 
-    from sprint.evaluate import evaluate
+    from sprint.evaluation.evaluate import evaluate
 
     tokenizer = shared_data() / TOKENIZER_DIR
     if not tokenizer.is_dir():
@@ -443,7 +444,7 @@ def test_a_folder_of_another_stage_is_refused(tmp_path: Path, capsys) -> None:
 def test_the_breaker_trips_after_n_connection_failures_in_a_row_and_an_answer_resets_it() -> None:
     import openai
 
-    from sprint.llm import RUN_STOP, RunStop
+    from sprint.llm.client import RUN_STOP, RunStop
 
     async def main() -> tuple[str | None, list[bool]]:
         client = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model=MODEL, max_retries=0,
@@ -533,7 +534,7 @@ def test_components_against_a_server_that_dies_stop_in_seconds_and_the_rerun_com
 
 def replay_recordings(folder: Path, n: int) -> str:
     """`n` recorded SPRINT trajectories (two parallel executions each) for the replay server, and their dataset."""
-    from sprint.trajectory import Execution, Phase, Trajectory, render_prompt
+    from sprint.format.trajectory import Execution, Phase, Trajectory, render_prompt
 
     folder.mkdir()
     rows = []
@@ -560,8 +561,8 @@ def test_a_replay_server_killed_mid_run_ends_the_run_in_seconds_and_the_same_com
 
     from test_resume_all import cli_env, complete_lines
 
-    from sprint.replay_server import DEFAULT_MODEL
-    from sprint.serve import free_port
+    from sprint.timing.replay_server import DEFAULT_MODEL
+    from sprint.llm.serve import free_port
 
     n = 30
     data = replay_recordings(tmp_path / "recorded", n)

@@ -13,15 +13,15 @@ import openai
 import pytest
 
 from sprint.cli import build_parser, main
-from sprint.errors import UserError
-from sprint.faults import FaultPlan
-from sprint.latency import LatencyModel
-from sprint.llm import LLMClient, LLMConfig, Sampling
-from sprint.replay import ReplayRequestError, load_library, read_request, resolve
-from sprint.options import config_from
-from sprint.replay_server import ReplayConfig, replay_server
-from sprint.trajectory import Execution, Phase, Trajectory, parse, render_prompt, render_question
-from sprint.wire import Splitter
+from sprint.core.errors import UserError
+from sprint.timing.faults import FaultPlan
+from sprint.timing.latency import LatencyModel
+from sprint.llm.client import LLMClient, LLMConfig, Sampling
+from sprint.timing.replay import ReplayRequestError, load_library, read_request, resolve
+from sprint.core.options import config_from
+from sprint.timing.replay_server import ReplayConfig, replay_server
+from sprint.format.trajectory import Execution, Phase, Trajectory, parse, render_prompt, render_question
+from sprint.timing.wire import Splitter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 AGENT = (REPO_ROOT / "prompts" / "agent.txt").read_text(encoding="utf-8").strip()

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from sprint.faults import FaultPlan
-from sprint.latency import LatencyModel
-from sprint.llm import ERROR_KINDS
-from sprint.orchestration import OrchestrationConfig, orchestrate
-from sprint.replay_server import DEFAULT_MODEL, replay_server
-from sprint.trajectory import Execution, Phase, Trajectory, parse, render_prompt
+from sprint.timing.faults import FaultPlan
+from sprint.timing.latency import LatencyModel
+from sprint.llm.client import ERROR_KINDS
+from sprint.inference.orchestration import OrchestrationConfig, orchestrate
+from sprint.timing.replay_server import DEFAULT_MODEL, replay_server
+from sprint.format.trajectory import Execution, Phase, Trajectory, parse, render_prompt
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # 20 ms per token, run 2000x faster than real time

@@ -15,13 +15,13 @@ import pytest
 from fake_server import FakeServer, Reply, prompt_words
 from test_replay import executor_prompt, sums, traj_dir  # noqa: F401  (traj_dir: a fixture)
 
-from sprint.errors import UserError
-from sprint.latency import LatencyModel
-from sprint.llm import RUN_STOP, LLMConfig, LLMError, RunStop, Sampling
-from sprint.orchestration import OrchestrationConfig, call_priority, orchestrate
-from sprint.latency import PrioritySlots
-from sprint.replay_server import replay_server
-from sprint.replicas import HashRing, ReplicaPool, session_id, split_urls
+from sprint.core.errors import UserError
+from sprint.timing.latency import LatencyModel
+from sprint.llm.client import RUN_STOP, LLMConfig, LLMError, RunStop, Sampling
+from sprint.inference.orchestration import OrchestrationConfig, call_priority, orchestrate
+from sprint.timing.latency import PrioritySlots
+from sprint.timing.replay_server import replay_server
+from sprint.llm.replicas import HashRing, ReplicaPool, session_id, split_urls
 
 MODEL = "test-model"
 KEYS = [f"test/algebra/{i}.json" for i in range(1000)]
@@ -357,7 +357,7 @@ def _with_cached_tokens(request: dict, endpoint: str) -> Reply:
 
 
 def test_cached_tokens_reach_records_manifest_and_report(tmp_path: Path, shared_data: Path) -> None:
-    from sprint.evaluate import evaluate
+    from sprint.evaluation.evaluate import evaluate
 
     tok = shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"
     with FakeServer(_with_cached_tokens) as srv:
@@ -413,7 +413,7 @@ def test_replay_server_queue_honours_priority(traj_dir: Path) -> None:  # noqa: 
 
 
 def test_baseline_keeps_each_problem_on_its_replica(tmp_path: Path) -> None:
-    from sprint.baseline import BaselineConfig, baseline
+    from sprint.inference.baseline import BaselineConfig, baseline
 
     with FakeServer(lambda r, e: "so \\boxed{2}") as a, FakeServer(lambda r, e: "so \\boxed{2}") as b:
         cfg = BaselineConfig(model=MODEL, server_url=f"{a.base_url},{b.base_url}", data=str(_data(tmp_path, 8)),

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from fake_server import FakeServer
 
-from sprint.llm import LLMClient, LLMConfig, Sampling
-from sprint.orchestration import OrchestrationConfig, orchestrate
-from sprint.replicas import HashRing
-from sprint.serve import free_port, start_vllm
-from sprint.tasks import get_task, load_problems
+from sprint.llm.client import LLMClient, LLMConfig, Sampling
+from sprint.inference.orchestration import OrchestrationConfig, orchestrate
+from sprint.llm.replicas import HashRing
+from sprint.llm.serve import free_port, start_vllm
+from sprint.tasks.registry import get_task, load_problems
 
 PLAN = ("<Plan_1>\nSplit it.\n<prompt_1.1> Work out the first part. </prompt_1.1>\n"
         "<prompt_1.2> Work out the second part. </prompt_1.2>\n</Plan_1>")

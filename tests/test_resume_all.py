@@ -33,11 +33,11 @@ import pytest
 from fake_server import FakeServer, Reply
 from test_components import by_question, good_answer, load_traces, run_stage1, write_jsonl
 
-from sprint.components import separate_components
-from sprint.dag import create_dag
-from sprint.llm import Sampling, cache_key
-from sprint.baseline import BaselineConfig, baseline
-from sprint.orchestration import OrchestrationConfig, orchestrate
+from sprint.curation.components import separate_components
+from sprint.curation.dag import create_dag
+from sprint.llm.client import Sampling, cache_key
+from sprint.inference.baseline import BaselineConfig, baseline
+from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "test-model"

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from sprint.errors import UserError
+from sprint.core.errors import UserError
 from sprint.rl.rewards import batch_rewards, correctness, format_score, latency, model_answer, trajectory_infos
-from sprint.tasks import get_task
+from sprint.tasks.registry import get_task
 
 
 def words(text: str) -> int:

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from sprint.errors import UserError
-from sprint.llm import Sampling
-from sprint.prompt_format import EXECUTOR_STOPS, FINAL_STOPS, PLANNER_STOPS
+from sprint.core.errors import UserError
+from sprint.llm.client import Sampling
+from sprint.format.prompt_format import EXECUTOR_STOPS, FINAL_STOPS, PLANNER_STOPS
 from sprint.rl.rollout import Generation, RolloutConfig, problem_from_row, run_rollout
 
 

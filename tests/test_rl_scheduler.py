@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sprint.prompt_format import EXECUTOR_STOPS, FINAL_STOPS, PLANNER_STOPS, PromptFormat, load_agent_prompt
-from sprint.trajectory import count_tokens, parse, token_counter
+from sprint.format.prompt_format import EXECUTOR_STOPS, FINAL_STOPS, PLANNER_STOPS, PromptFormat, load_agent_prompt
+from sprint.format.trajectory import count_tokens, parse, token_counter
 from fake_server import FakeServer, Reply
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

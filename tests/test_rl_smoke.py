@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from sprint.rl.launch import DEFAULT_CONFIG, GRPOOptions, build_commands
-from sprint.serve import free_port
+from sprint.llm.serve import free_port
 
 pytestmark = [pytest.mark.swift, pytest.mark.slow]
 

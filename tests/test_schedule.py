@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sprint.errors import UserError
-from sprint.orchestration import OrchestrationConfig, orchestrate
-from sprint.schedule import settled_prompts
-from sprint.trajectory import parse
+from sprint.core.errors import UserError
+from sprint.inference.orchestration import OrchestrationConfig, orchestrate
+from sprint.inference.schedule import settled_prompts
+from sprint.format.trajectory import parse
 from fake_server import FakeServer, Reply
 
 AGENT = "Solve it in phases."

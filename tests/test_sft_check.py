@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from sprint.cli import main as cli_main
-from sprint.errors import UserError
-from sprint.finetune import default_swift_bin, swift_python
-from sprint.sft_check import (
+from sprint.core.errors import UserError
+from sprint.training.finetune import default_swift_bin, swift_python
+from sprint.training.sft_check import (
     check_sft,
     load_tokenizer,
     render_deepseek_r1,

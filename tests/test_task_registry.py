@@ -18,11 +18,11 @@ import pytest
 from fake_server import FakeServer
 
 from sprint import cli
-from sprint.errors import UserError
-from sprint.evaluate import evaluate
-from sprint.orchestration import OrchestrationConfig, orchestrate
-from sprint.tasks import TASKS, TaskAdapter, get_task, register_task, task_names
-from sprint.trajectory import strip_tags, token_counter
+from sprint.core.errors import UserError
+from sprint.evaluation.evaluate import evaluate
+from sprint.inference.orchestration import OrchestrationConfig, orchestrate
+from sprint.tasks.registry import TASKS, TaskAdapter, get_task, register_task, task_names
+from sprint.format.trajectory import strip_tags, token_counter
 
 WORDS = ("apple", "river", "stone")
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sprint.errors import UserError
-from sprint.grading import check_countdown
-from sprint.tasks import LETTERS, get_task, load_problems
+from sprint.core.errors import UserError
+from sprint.tasks.grading import check_countdown
+from sprint.tasks.registry import LETTERS, get_task, load_problems
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> str:

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from sprint import cli
-from sprint.baseline import BaselineConfig, baseline
-from sprint.latency import LatencyModel, load_latency_model
-from sprint.latency_fit import CallSample, decode_concurrency, fit_latency, summarize_timing, timing_table
-from sprint.replay_server import ReplayConfig
-from sprint.orchestration import OrchestrationConfig, orchestrate
-from sprint.time_replay import (
+from sprint.inference.baseline import BaselineConfig, baseline
+from sprint.timing.latency import LatencyModel, load_latency_model
+from sprint.timing.latency_fit import CallSample, decode_concurrency, fit_latency, summarize_timing, timing_table
+from sprint.timing.replay_server import ReplayConfig
+from sprint.inference.orchestration import OrchestrationConfig, orchestrate
+from sprint.timing.time_replay import (
     Engine,
     PlannedCall,
     ProblemPlan,
@@ -29,7 +29,7 @@ from sprint.time_replay import (
     plans_for,
     replay_problem,
 )
-from sprint.trajectory import load_tokenizer
+from sprint.format.trajectory import load_tokenizer
 from fake_server import FakeServer, Reply
 
 AGENT = "Solve it in phases."
@@ -330,7 +330,7 @@ def test_bad_options_are_user_errors(tmp_path: Path) -> None:
 @pytest.mark.vllm
 def test_real_vllm_honours_forced_lengths_and_reports_cache_hits(tmp_path: Path, vllm_server, shared_data: Path,
                                                                  capsys: pytest.CaptureFixture) -> None:
-    from sprint.time_replay import time_replay
+    from sprint.timing.time_replay import time_replay
 
     with FakeServer(Script()) as srv:
         run = _orchestrate(tmp_path, srv, "barrier", n=3)
@@ -375,7 +375,7 @@ def _recorded_runs(tmp_path: Path, n: int = 2) -> tuple[Path, Path]:
 
 
 def test_command_writes_timing_and_report(tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture) -> None:
-    from sprint.timeline import from_calls
+    from sprint.viewer.timeline import from_calls
 
     run, base = _recorded_runs(tmp_path)
     out = tmp_path / "timing"
@@ -403,7 +403,7 @@ def test_gpu_script_dry_run_builds_the_7b_shape_and_prints_its_commands(tmp_path
     import os
     import subprocess
 
-    from sprint.serve import default_python
+    from sprint.llm.serve import default_python
 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "DRY_RUN": "1", "SPRINT_LOCAL_DATA": str(shared_data), "MODEL_DIR": str(tmp_path / "shape"),

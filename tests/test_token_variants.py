@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from sprint.evaluate import evaluate
-from sprint.trajectory import count_tokens, parse
+from sprint.evaluation.evaluate import evaluate
+from sprint.format.trajectory import count_tokens, parse
 
 FAST = {"resamples": 50, "workers": 1, "plots": False}
 

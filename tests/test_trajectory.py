@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sprint.trajectory import (
+from sprint.format.trajectory import (
     Execution,
     Phase,
     Trajectory,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sprint import timeline as TL
-from sprint.errors import UserError
-from sprint.latency import LatencyModel, critical_path_timeline
-from sprint.trajectory import Execution, Phase, Trajectory, parse, render_prompt
-from sprint.view import ViewConfig, build, plan_html
+from sprint.viewer import timeline as TL
+from sprint.core.errors import UserError
+from sprint.timing.latency import LatencyModel, critical_path_timeline
+from sprint.format.trajectory import Execution, Phase, Trajectory, parse, render_prompt
+from sprint.viewer.site import ViewConfig, build, plan_html
 
 T0 = 1_700_000_000.0  # an epoch origin: records store time.time()
 
@@ -124,7 +124,7 @@ def test_modelled_timeline_matches_the_latency_model() -> None:
 
 def test_modelled_paths_count_like_the_tokenizer(tok_dir: str) -> None:
     """The batched line counting of the viewer's modelled timelines matches exact counts (to 0.1%)."""
-    from sprint.trajectory import token_counter
+    from sprint.format.trajectory import token_counter
 
     plan = ("First, the multiples of 3.\n" + render_prompt("1.1", "Count multiples of 3 up to 500.") + "\n"
             "Next, the multiples of 7.\n" + render_prompt("1.2", "Count multiples of 7 up to 500."))
@@ -150,7 +150,7 @@ def test_baseline_bar_is_not_part_of_the_path() -> None:
 
 
 def test_missing_figures_show_a_dash() -> None:
-    from sprint.view import ProblemView, _row
+    from sprint.viewer.site import ProblemView, _row
 
     row = _row(ProblemView("p1", "run", None, None, {"id": "p1", "sequential": 10, "correct": True}), "p1.html")
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
@@ -328,8 +328,8 @@ def test_reusing_an_evaluation_copies_its_figures(site: Path, tmp_path: Path, to
 
 def test_evaluation_report_links_to_the_viewer(site: Path, tmp_path: Path, tok_dir: str) -> None:
     """The viewer's own evaluation links back to it; a later `evaluate` of the run finds `<run>/view`."""
-    from sprint.evaluate import evaluate
-    from sprint.view import viewer_link
+    from sprint.evaluation.evaluate import evaluate
+    from sprint.viewer.site import viewer_link
 
     assert "[the run viewer](../index.html)" in (site / "evaluation" / "report.md").read_text()
     run = tmp_path / "barrier"

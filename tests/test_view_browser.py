@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_view import BARRIER, STREAM, write_baseline, write_run
 
-from sprint.view import ViewConfig, build
+from sprint.viewer.site import ViewConfig, build
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 # Model text that would change the DOM if the page ever ran it.

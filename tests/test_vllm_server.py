@@ -1,4 +1,4 @@
-"""sprint.serve against a real vLLM CPU server (marked vllm), plus fast checks of its error paths."""
+"""sprint.llm.serve against a real vLLM CPU server (marked vllm), plus fast checks of its error paths."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from sprint.errors import UserError
-from sprint.serve import API_SERVER_MODULE, ensure_server, free_port, list_models, start_vllm
+from sprint.core.errors import UserError
+from sprint.llm.serve import API_SERVER_MODULE, ensure_server, free_port, list_models, start_vllm
 
 
 def _client(base_url: str) -> openai.AsyncOpenAI:

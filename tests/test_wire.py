@@ -1,4 +1,4 @@
-"""sprint.wire: vLLM's cut of a generation (stop strings, max_tokens, token counts) and the JSON it sends.
+"""sprint.timing.wire: vLLM's cut of a generation (stop strings, max_tokens, token counts) and the JSON it sends.
 
 The rule both stand-in servers share, checked against the scripted server and the replay server
 as well: the response text ends before the stop string, and completion_tokens counts every token
@@ -13,8 +13,8 @@ import json
 import pytest
 from fake_server import FakeServer
 
-from sprint import wire
-from sprint.wire import Generation, Splitter, generate
+from sprint.timing import wire
+from sprint.timing.wire import Generation, Splitter, generate
 
 WORDS = Splitter()
 

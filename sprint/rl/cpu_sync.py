@@ -40,7 +40,7 @@ import torch
 from torch.distributed import BroadcastOptions, PrefixStore
 from torch.distributed.distributed_c10d import ProcessGroupGloo
 
-from sprint.options import env_switch
+from sprint.core.options import env_switch
 
 ENV = "SPRINT_RL_CPU_WEIGHT_SYNC"
 TRAINER_MODULE = "swift.rlhf_trainers.vllm_client"  # VLLMClient: the sending side

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprint.data import load_items
-from sprint.errors import UserError
-from sprint.options import HelpFormatter, add_options, config_from, option
-from sprint.prompt_format import PromptFormat, load_agent_prompt
-from sprint.tasks import get_task, task_names
+from sprint.core.data import load_items
+from sprint.core.errors import UserError
+from sprint.core.options import HelpFormatter, add_options, config_from, option
+from sprint.format.prompt_format import PromptFormat, load_agent_prompt
+from sprint.tasks.registry import get_task, task_names
 
 
 @dataclass

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprint.errors import UserError
-from sprint.options import HelpFormatter, add_options, config_from, option
-from sprint.tasks import task_names
+from sprint.core.errors import UserError
+from sprint.core.options import HelpFormatter, add_options, config_from, option
+from sprint.tasks.registry import task_names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = REPO_ROOT / "sprint" / "rl" / "plugin.py"

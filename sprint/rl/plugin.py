@@ -29,7 +29,7 @@ from swift.infer_engine.protocol import RequestConfig, RolloutInferRequest, Roll
 from swift.rewards import ORM, orms
 from swift.rollout import MultiTurnScheduler, multi_turns
 
-from sprint.llm import Sampling
+from sprint.llm.client import Sampling
 from sprint.rl import cpu_sync
 from sprint.rl.rewards import batch_rewards
 from sprint.rl.rollout import CallSample, Generation, RolloutConfig, run_rollout, token_counter

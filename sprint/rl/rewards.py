@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
-from sprint.errors import UserError
-from sprint.tasks import TaskAdapter, get_task
-from sprint.trajectory import TrajectoryError, count_tokens, parse
+from sprint.core.errors import UserError
+from sprint.tasks.registry import TaskAdapter, get_task
+from sprint.format.trajectory import TrajectoryError, count_tokens, parse
 
 Counter = Callable[[str], int]
 

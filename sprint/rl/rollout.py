@@ -1,6 +1,6 @@
 """One SPRINT rollout for GRPO: the orchestration loop run against a rollout engine.
 
-There is no second planner/executor loop here. `solve_problem` (sprint.orchestration) runs with
+There is no second planner/executor loop here. `solve_problem` (sprint.inference.orchestration) runs with
 the same prompt format, stop strings, phase limit, forced final answer and schedule as
 `sprint orchestrate`; only its client is different: `EngineClient` answers the loop's chat calls
 with an async `generate(messages, sampling)` (ms-swift's `infer_engine.infer_async` inside
@@ -29,15 +29,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sprint.errors import UserError
-from sprint.inference import RoleSampling
-from sprint.llm import Completion, LLMError, OnText, Sampling
-from sprint.options import option
-from sprint.orchestration import LoopSettings, solve_problem
-from sprint.prompt_format import PromptFormat, load_agent_prompt
+from sprint.core.errors import UserError
+from sprint.inference.run import RoleSampling
+from sprint.llm.client import Completion, LLMError, OnText, Sampling
+from sprint.core.options import option
+from sprint.inference.orchestration import LoopSettings, solve_problem
+from sprint.format.prompt_format import PromptFormat, load_agent_prompt
 from sprint.rl.rewards import decode_gold, trajectory_infos
-from sprint.schedule import check_schedule, schedule_names
-from sprint.tasks import Problem, get_task
+from sprint.inference.schedule import check_schedule, schedule_names
+from sprint.tasks.registry import Problem, get_task
 
 Counter = Callable[[str], int]
 
@@ -52,7 +52,7 @@ class RolloutConfig:
                                      var="SPRINT_RL_PLANNER_MAX_TOKENS")
     executor_max_tokens: int = option(4096, "token limit of one executor call", var="SPRINT_RL_EXECUTOR_MAX_TOKENS")
     final_max_tokens: int = option(4096, "token limit of the forced final answer", var="SPRINT_RL_FINAL_MAX_TOKENS")
-    schedule: str = option("barrier", "when a phase's executors start (sprint.schedule); the engine does not "
+    schedule: str = option("barrier", "when a phase's executors start (sprint.inference.schedule); the engine does not "
                            "stream, so `stream` starts them when the plan ends, with the stream layout",
                            choices=schedule_names(), var="SPRINT_RL_SCHEDULE")
     agent_prompt: str | None = option(None, "agent prompt file (default prompts/agent.txt; `none`: no agent "
@@ -136,7 +136,7 @@ Generate = Callable[[list[dict[str, str]], Sampling], Awaitable[Generation]]
 
 
 class EngineClient:
-    """The loop's client (`chat` like `sprint.llm.LLMClient.chat`) answering through `generate`.
+    """The loop's client (`chat` like `sprint.llm.client.LLMClient.chat`) answering through `generate`.
 
     Every successful call is kept in `samples`, in the order the loop records its calls (the loop
     appends its record right after the call returns, with no await in between).

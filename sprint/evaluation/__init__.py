@@ -1,0 +1,1 @@
+"""Grading runs, counting tokens, metrics with CIs, report.md."""

@@ -1,0 +1,637 @@
+"""Evaluation stage: grade run folders, count sequential/total tokens, compare with a baseline.
+
+Runs are read by `sprint.evaluation.runs` (our run folders or the SPRINT authors' log layout). Nothing stored
+is trusted: answers are re-extracted from the text by the task adapter and re-graded. Token counts
+follow the trajectory model (`sprint.format.trajectory.count_tokens`). Speed (500 + 500 real-length
+trajectories, ~3 M tokens, report and plots: ~3 s on 2 cores, benchmarks/bench_evaluate.py):
+every distinct text piece is counted once by the fastest exact engine (`sprint.format.tokencount`),
+grading runs in a process started first, beside the counting, and matplotlib is imported while
+the grades are awaited. Numbers come from `sprint.evaluation.metrics`, files from `sprint.evaluation.report`.
+
+    python -m sprint evaluate RUN [RUN ...] --baseline BASE [BASE ...] [--gold FILE] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import pickle
+import re
+import sys
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from sprint.evaluation import metrics as M
+from sprint.core.data import safe_id
+from sprint.core.errors import UserError, failed_items_exit
+from sprint.core.options import HelpFormatter, add_options, config_from, option
+from sprint.tasks.grading import grade_math
+from sprint.core.records import FolderSet, text_hash, write_manifest
+from sprint.evaluation.report import warm_up_figures, write_report
+from sprint.evaluation.runs import LoadedRun, RawProblem, attach_gold, load_gold, load_runs, run_fingerprint, task_of
+from sprint.tasks.registry import TaskAdapter, TaskChoices, get_task
+from sprint.format.tokencount import load_counter, splits_at_lines
+from sprint.format.trajectory import TokenCounts, Trajectory, TrajectoryError, count_tokens, parse
+from sprint.viewer.site import viewer_link
+
+DEFAULT_TOKENIZER = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
+MAX_WARNINGS = 5  # malformed trajectories named on the terminal; the rest are counted
+
+Key = tuple[int, int]  # (index of the run, index of the problem in it)
+
+
+@dataclass
+class EvaluateConfig:
+    """What `sprint evaluate` reads, how it grades and counts, where it writes (defaults written once, here)."""
+
+    runs: list[str] = option(help="SPRINT run folder(s); several = several seeds", cli=False, default_factory=list)
+    baseline: list[str] | None = option(
+        None, "sequential-baseline run folder(s), paired with the runs by problem id (put it after the runs)", cli=False)
+    task: str | None = option(None, "grading rule (default: from the run's manifest, else math)", choices=TaskChoices())
+    gold: str | None = option(
+        None, "gold answers: CSV with id,answer columns or a dataset (file or hub id) with ids and answers")
+    planner_tokenizer: str = option(DEFAULT_TOKENIZER, "hub id or local folder with tokenizer.json")
+    executor_tokenizer: str | None = option(None, "default: the planner's")
+    out_dir: str | None = option(None, "report folder (default: <first run>/evaluation)", flags=("--out",),
+                                  metavar="OUT")
+    resamples: int = option(M.DEFAULT_RESAMPLES, "bootstrap resamples (0 = no CIs)", flags=("--bootstrap",),
+                            metavar="BOOTSTRAP")
+    confidence: float = option(M.DEFAULT_CONFIDENCE, "confidence level of the CIs")
+    seed: int = option(0, "bootstrap seed")
+    workers: int | None = option(None, "grading processes (default: one per CPU)")
+    plots: bool = option(True, "skip the PNG figures", flags=("--no-plots",))
+
+
+# --------------------------------------------------------------------------- token counting
+
+
+class _Recorder:
+    """A counter that only notes which texts the trajectory model wants counted."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return 0
+
+
+# A cut between a newline and a printable ASCII character (not a space).
+_SAFE_CUT = re.compile(r"(?<=\n)(?=[!-~])")
+
+
+def _splits_at_lines(tok: Any) -> bool:
+    """Does cutting a text at `_SAFE_CUT` leave a `tokenizers.Tokenizer`'s count unchanged?
+    (`sprint.format.tokencount.splits_at_lines`; any other tokenizer is counted whole, just slower.)"""
+    try:
+        return splits_at_lines(json.loads(tok.to_str()))
+    except Exception:  # noqa: BLE001 - an exotic tokenizer: count whole texts
+        return False
+
+
+def batch_counts(tokenizer: str, texts: Sequence[str]) -> dict[str, int]:
+    """Token counts of many texts, equal to `token_counter(tokenizer)(text)` for each.
+
+    Every distinct piece of text is counted once: texts are cut into lines where that provably
+    leaves the count unchanged (`_splits_at_lines`), so the text shared by a plan's prompt
+    prefixes, its whole plan and the total is encoded once; the distinct pieces go to the fastest
+    exact engine (`sprint.format.tokencount`: tiktoken built from tokenizer.json, else tokenizers).
+    """
+    counter = load_counter(str(tokenizer))
+    unique = list(dict.fromkeys(t for t in texts if t))
+    out = {"": 0}
+    if not unique:
+        return out
+    split = counter.splits_at_lines
+    parts = {t: (_SAFE_CUT.split(t) if split else [t]) for t in unique}
+    pieces = list(dict.fromkeys(p for ps in parts.values() for p in ps if p))
+    table = {"": 0, **dict(zip(pieces, counter.count_many(pieces)))}
+    for t, ps in parts.items():
+        out[t] = sum(table[p] for p in ps)
+    return out
+
+
+@dataclass
+class _Counted:
+    traj: Trajectory | None
+    malformed: bool
+    error: str | None = None  # the strict parser's complaint, for the warning
+
+
+def _parse_sprint(text: str) -> _Counted:
+    try:
+        return _Counted(parse(text, strict=True), False)
+    except TrajectoryError as exc:
+        return _Counted(parse(text, strict=False), True, str(exc))
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+@dataclass
+class RunResult:
+    label: str
+    path: str
+    mode: str
+    results: list[M.ProblemResult]
+    summary: dict
+    manifest: dict = field(default_factory=dict)
+
+
+@dataclass
+class Evaluation:
+    """What `evaluate` computed, and where it wrote it."""
+
+    metrics: dict
+    runs: list[RunResult]
+    baselines: list[RunResult]
+    out_dir: Path | None
+    files: dict[str, Path]
+    warnings: list[str] = field(default_factory=list)  # malformed trajectories; the CLI prints them
+
+
+def evaluate(
+    run_dir: str | Path | Sequence[str | Path],
+    baseline: str | Path | Sequence[str | Path] | None = None,
+    *,
+    gold: str | Path | Mapping[str, Any] | None = None,
+    write: bool = True,
+    **settings: Any,
+) -> Evaluation:
+    """Grade and count one or more runs (seeds) and optional baseline runs; write the report.
+
+    `run_dir`/`baseline`: folders (or lists of folders, one per seed). `gold`: a CSV/dataset path
+    or an {id: gold} mapping, overriding golds stored in records. `settings`: the other fields of
+    `EvaluateConfig` (task, tokenizers, out_dir, resamples, seed, confidence, workers, plots).
+    Outputs go to `out_dir` (default: `<first run>/evaluation`): metrics.json, report.md, plots
+    and manifest.json. Malformed trajectories are scored leniently and named in `Evaluation.warnings`.
+    """
+    mapping = dict(gold) if isinstance(gold, Mapping) else None
+    cfg = EvaluateConfig(
+        runs=[str(p) for p in _as_paths(run_dir)],
+        baseline=None if baseline is None else [str(p) for p in _as_paths(baseline)],
+        gold=None if gold is None or mapping is not None else str(gold),
+        **settings,
+    )
+    return run_evaluation(cfg, gold=mapping, write=write)
+
+
+def run_evaluation(cfg: EvaluateConfig, *, gold: dict[str, Any] | None = None, write: bool = True) -> Evaluation:
+    """The stage: load runs, attach gold, grade and count, compute the numbers, write the report.
+
+    `gold`: an {id: gold} mapping that replaces `cfg.gold` (from Python only).
+    """
+    started, started_at = time.perf_counter(), time.time()
+    run_paths, base_paths = _as_paths(cfg.runs), _as_paths(cfg.baseline)
+    sprint_runs, base_runs = load_runs(run_paths, base_paths)
+    all_runs = sprint_runs + base_runs
+    out = Path(cfg.out_dir) if cfg.out_dir else (all_runs[0].path / "evaluation")
+    if not write:
+        return _evaluate(cfg, gold, all_runs, len(sprint_runs), None, None, started, started_at)
+    _check_out(out)  # before any work
+    # The report is one set: written into a temporary folder beside OUT and swapped into place, under a
+    # lock (one evaluation writes OUT at a time); a kill never leaves one run's metrics beside another's report.
+    target = FolderSet(out)
+    folder = target.open()
+    try:
+        ev = _evaluate(cfg, gold, all_runs, len(sprint_runs), out, folder, started, started_at)
+        target.commit()
+    finally:
+        target.close()
+    ev.files = {name: out / path.relative_to(folder) for name, path in ev.files.items()}
+    return ev
+
+
+def _evaluate(cfg: EvaluateConfig, gold: dict[str, Any] | None, all_runs: list[LoadedRun], n_sprint: int,
+              out: Path | None, folder: Path | None, started: float, started_at: float) -> Evaluation:
+    """`run_evaluation`'s work; the files go into `folder` (None: none written), described as being in `out`."""
+    # The grading process starts first: its start-up (Python, sympy, Math-Verify's parser) runs
+    # while this one reads tokenizers, parses and counts.
+    grader = GradingProcess.start(sum(len(r.problems) for r in all_runs), cfg.workers)
+    try:
+        return _evaluate_steps(cfg, gold, all_runs, n_sprint, out, folder, started, started_at, grader)
+    finally:
+        if grader is not None:
+            grader.close()
+
+
+def _evaluate_steps(cfg: EvaluateConfig, gold: dict[str, Any] | None, all_runs: list[LoadedRun], n_sprint: int,
+                    out: Path | None, folder: Path | None, started: float, started_at: float,
+                    grader: GradingProcess | None) -> Evaluation:
+    write = folder is not None
+    task = get_task(cfg.task or task_of(all_runs))
+    gold_map = gold if gold is not None else (load_gold(cfg.gold, task) if cfg.gold else None)
+    attach_gold(all_runs, {safe_id(k): v for k, v in gold_map.items()} if gold_map else None,
+                cfg.gold if gold is None else gold)
+    planner, executor = _check_tokenizers(cfg)
+    parsed = _parse_all(all_runs)
+    warnings = malformed_warnings(all_runs, parsed)
+    answers = {(ri, pi): _answer(prob, parsed.get((ri, pi)), task)
+               for ri, run in enumerate(all_runs) for pi, prob in enumerate(run.problems)}
+    grades, counted, timing = _grade_and_count(all_runs, parsed, answers, task, planner, executor, cfg.workers,
+                                               grader=grader, while_waiting=warm_up_figures if write and cfg.plots else None)
+    stats = dict(resamples=cfg.resamples, seed=cfg.seed, confidence=cfg.confidence)
+    run_results = [_run_result(ri, run, answers, grades, counted, parsed, stats) for ri, run in enumerate(all_runs)]
+    sprint_results, base_results = run_results[:n_sprint], run_results[n_sprint:]
+    metrics = _metrics(task.name, planner, executor, cfg.gold, stats, sprint_results, base_results, timing)
+    files: dict[str, Path] = {}
+    if write:
+        metrics["timing"]["total_s"] = round(time.perf_counter() - started, 3)
+        files = _write_outputs(out, metrics, cfg, planner, executor, gold_map, gold is not None, all_runs,
+                               parsed, warnings, started_at, into=folder)
+    metrics["timing"]["total_s"] = round(time.perf_counter() - started, 3)
+    return Evaluation(metrics, sprint_results, base_results, out if write else None, files, warnings)
+
+
+# --------------------------------------------------------------------------- the steps
+
+
+def _as_paths(value: str | Path | Sequence[str | Path] | None) -> list[Path]:
+    if value is None:
+        return []
+    if isinstance(value, (str, Path)):
+        return [Path(value)]
+    return [Path(v) for v in value]
+
+
+def _check_out(out: Path) -> None:
+    """Refuse a report folder that holds anything but an evaluation report: the new report replaces it whole.
+
+    (`--out RUN` would otherwise replace a run folder; `--out results/` a user's other files.)
+    """
+    try:
+        stage = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("stage")
+    except (OSError, ValueError, AttributeError):
+        stage = "evaluate" if not (out / "manifest.json").exists() else None
+    if stage != "evaluate":
+        raise UserError(f"{out} holds the manifest.json of {'a ' + repr(stage) if stage else 'another'} run, which "
+                        "the evaluation's manifest would replace; pass another --out folder")
+    if out.is_file():
+        raise UserError(f"--out {out} is a file; pass a folder")
+    others = sorted(p.name for p in out.iterdir() if not _report_file(p.name)) if out.is_dir() else []
+    if others:
+        raise UserError(f"{out} holds files that are not part of an evaluation report ({', '.join(others[:3])}); the "
+                        "report replaces its folder as a whole, so pass a new or empty --out folder")
+
+
+def _report_file(name: str) -> bool:
+    """A file an evaluation writes into its folder (report.md, metrics.json, manifest.json, figures)."""
+    return name in ("metrics.json", "report.md", "manifest.json") or name.endswith((".png", ".tmp"))
+
+
+def _check_tokenizers(cfg: EvaluateConfig) -> tuple[str, str]:
+    """The planner's and the executor's tokenizer names; a wrong one fails now, before any work starts."""
+    planner = str(cfg.planner_tokenizer)
+    executor = str(cfg.executor_tokenizer or cfg.planner_tokenizer)
+    for name in {planner, executor}:
+        load_counter(name)
+    return planner, executor
+
+
+def _parse_all(runs: list[LoadedRun]) -> dict[Key, _Counted]:
+    """Parse every SPRINT text once, keyed by (run index, problem index)."""
+    return {(ri, pi): _parse_sprint(prob.text)
+            for ri, run in enumerate(runs) if run.mode == "sprint"
+            for pi, prob in enumerate(run.problems) if prob.text is not None}
+
+
+def malformed_warnings(runs: list[LoadedRun], parsed: dict[Key, _Counted], limit: int = MAX_WARNINGS) -> list[str]:
+    """One line per malformed SPRINT trajectory (the first `limit`, then a count).
+
+    metrics.json only says how many were malformed; the user needs to know which file and why.
+    """
+    bad = [(runs[ri].problems[pi], got.error) for (ri, pi), got in sorted(parsed.items()) if got.malformed]
+    lines = [f"{prob.source or prob.id}: {err}; scored leniently" for prob, err in bad[:limit]]
+    if len(bad) > limit:
+        lines.append(f"… and {len(bad) - limit} more malformed trajectories (`malformed` in metrics.json)")
+    return lines
+
+
+def _answer(prob: RawProblem, got: _Counted | None, task: TaskAdapter) -> str | None:
+    """The answer the output gives (the task's rule: the last `\\boxed{}`); failed problems have none."""
+    if prob.text is None or prob.status != "ok":
+        return None
+    return task.extract(got.traj.render() if got is not None and got.traj is not None else prob.text)
+
+
+# Below this many problems the grading process costs more (a second of CPU to start) than it saves.
+GRADING_PROCESS_MIN = 200
+
+
+class GradingProcess:
+    """One spawned process that grades a batch (sympy is pure Python: in a thread it would take
+    the GIL from the counting and the figures). Started before the work it overlaps."""
+
+    def __init__(self) -> None:
+        self.pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        # Math-Verify's import and its LaTeX parser's first parse, before the batch arrives (a function
+        # of sprint.tasks.grading, so the process imports nothing else)
+        self.pool.submit(grade_math, "\\frac{1}{2}", "0.5")
+
+    @classmethod
+    def start(cls, problems: int, workers: int | None) -> GradingProcess | None:
+        """A grading process when the batch is large enough and processes are allowed (`--workers 0`: none)."""
+        if problems < GRADING_PROCESS_MIN or workers == 0 or (os.cpu_count() or 1) < 2 or not _spawn_safe():
+            return None
+        try:
+            return cls()
+        except OSError:  # no processes on this system: grade in a thread
+            return None
+
+    def submit(self, task: TaskAdapter, preds: list[str | None], golds: list[Any], workers: int | None) -> Future | None:
+        """The batch's grades as a future, or None when the task cannot travel to the process
+        (a task class defined where the process cannot import it)."""
+        try:
+            pickle.dumps(task)
+        except Exception:  # noqa: BLE001 - grade in this process instead
+            return None
+        return self.pool.submit(task.grade_many, preds, golds, workers)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
+            proc.terminate()  # idle now, or an abandoned batch (an error elsewhere): do not let it grade on
+            proc.join(timeout=1)
+
+
+_MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
+
+
+def _spawn_safe() -> bool:
+    """Can a spawned process start without re-running this program? A spawned child imports the
+    main script again; `python -m pkg`, the console script and interactive sessions are safe, a
+    script without an `if __name__ == "__main__":` guard is not (it would evaluate again), so
+    such a caller grades in a thread instead."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name.endswith("__main__"):
+        return True
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return True
+    try:
+        return bool(_MAIN_GUARD.search(Path(path).read_text(encoding="utf-8", errors="replace")))
+    except OSError:
+        return False
+
+
+def _timed_grade(task: TaskAdapter, preds: list[str | None], golds: list[Any],
+                 workers: int | None) -> tuple[list[bool], float]:
+    t = time.perf_counter()
+    return task.grade_many(preds, golds, workers), time.perf_counter() - t
+
+
+def _grade_and_count(
+    runs: list[LoadedRun], parsed: dict[Key, _Counted], answers: dict[Key, str | None], task: TaskAdapter,
+    planner: str, executor: str, workers: int | None, *, grader: GradingProcess | None = None,
+    while_waiting: Callable[[], None] | None = None,
+) -> tuple[dict[Key, bool], dict[Key, TokenCounts | int], dict[str, float]]:
+    """Grades and token counts of every problem, and the seconds each took.
+
+    Grading (Math-Verify) runs beside the tokenizer work: in `grader`'s process when there is one,
+    else in a thread. `while_waiting` runs after the counting, before the grades are awaited.
+    """
+    keys = list(answers)
+    preds = [answers[k] for k in keys]
+    golds = [runs[ri].problems[pi].gold for ri, pi in keys]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grading") as threads:
+        grading = grader.submit(task, preds, golds, workers) if grader is not None else None
+        in_thread = grading is None
+        if in_thread:
+            grading = threads.submit(_timed_grade, task, preds, golds, workers)
+        t0 = time.perf_counter()  # grading_s: from submission to grades (the process was started earlier)
+        counted = _count_all(runs, parsed, planner, executor)
+        t_tokens = time.perf_counter() - t0
+        if while_waiting is not None:
+            while_waiting()
+        try:
+            found = grading.result()
+            grades, t_grading = found if in_thread else (found, time.perf_counter() - t0)
+        except BrokenProcessPool:  # the grading process died (killed, out of memory): grade here
+            grades, t_grading = _timed_grade(task, preds, golds, workers)
+    return dict(zip(keys, grades)), counted, {"tokens_s": round(t_tokens, 3), "grading_s": round(t_grading, 3)}
+
+
+def _count_all(
+    runs: list[LoadedRun], parsed: dict[Key, _Counted], planner_tokenizer: str, executor_tokenizer: str
+) -> dict[Key, TokenCounts | int]:
+    """Token counts of every problem with a text: `TokenCounts` for SPRINT, an int for a baseline.
+
+    Two passes over the trajectory model: the first notes the texts it counts, those are encoded
+    in batches per tokenizer, the second reads the counts back. The numbers are exactly
+    `count_tokens(traj, token_counter(planner), token_counter(executor))`.
+    """
+    rec_p, rec_e = _Recorder(), _Recorder()
+    for key, got in parsed.items():
+        count_tokens(got.traj, rec_p, rec_e)
+    for run in runs:
+        if run.mode == "baseline":
+            for prob in run.problems:
+                if prob.text is not None:
+                    rec_p(prob.text)
+    if planner_tokenizer == executor_tokenizer:
+        table_p = table_e = batch_counts(planner_tokenizer, rec_p.texts + rec_e.texts)
+    else:
+        table_p, table_e = batch_counts(planner_tokenizer, rec_p.texts), batch_counts(executor_tokenizer, rec_e.texts)
+    count_p: Callable[[str], int] = table_p.__getitem__
+    count_e: Callable[[str], int] = table_e.__getitem__
+    out: dict[Key, TokenCounts | int] = {k: count_tokens(got.traj, count_p, count_e) for k, got in parsed.items()}
+    for ri, run in enumerate(runs):
+        if run.mode == "baseline":
+            for pi, prob in enumerate(run.problems):
+                if prob.text is not None:
+                    out[(ri, pi)] = count_p(prob.text)
+    return out
+
+
+
+
+def _problem_result(prob: RawProblem, pred: str | None, ok: bool, tc: TokenCounts | int | None,
+                    got: _Counted | None) -> M.ProblemResult:
+    res = M.ProblemResult(id=prob.id, correct=bool(ok), answered=pred is not None, status=prob.status,
+                          forced_final=prob.forced_final, predicted=pred, reported_tokens=prob.reported_tokens)
+    if isinstance(tc, TokenCounts) and got is not None:
+        traj = got.traj
+        res.sequential, res.sequential_decoded, res.total = tc.sequential, tc.sequential_decoded, tc.total
+        res.planner, res.executor = tc.planner, tc.executor
+        res.phases, res.prompts = len(traj.phases), traj.prompt_count
+        res.prompts_per_phase = [len(ph.prompts) for ph in traj.phases]
+        res.malformed = got.malformed
+    elif tc is not None:  # a sequential model: every definition is its output length
+        res.sequential = res.sequential_decoded = res.total = int(tc)
+    return res
+
+
+def _run_result(ri: int, run: LoadedRun, answers: dict[Key, str | None], grades: dict[Key, bool],
+                counted: dict[Key, TokenCounts | int], parsed: dict[Key, _Counted], stats: dict) -> RunResult:
+    """One run's per-problem results and their summary (accuracy, tokens, bootstrap CIs)."""
+    results = [_problem_result(prob, answers[(ri, pi)], grades[(ri, pi)], counted.get((ri, pi)), parsed.get((ri, pi)))
+               for pi, prob in enumerate(run.problems)]
+    return RunResult(run.label, str(run.path), run.mode, results, M.summarize_results(results, **stats), run.manifest)
+
+
+def _comparisons(sprint_results: list[RunResult], base_results: list[RunResult],
+                 stats: dict) -> tuple[dict[str, float] | None, list[dict]]:
+    """The per-problem baseline reference (mean over baseline seeds) and each SPRINT run's comparison."""
+    reference = M.baseline_reference([b.results for b in base_results]) if base_results else None
+    comparisons = []
+    for i, sr in enumerate(sprint_results if base_results else []):
+        br = base_results[i % len(base_results)]
+        pairs = M.pair(sr.results, br.results, reference)
+        if not pairs:
+            raise UserError(f"{sr.path} and {br.path} share no problem id; are they runs on the same data?")
+        comparisons.append({"run": sr.label, "baseline": br.label, **M.compare(pairs, **stats)})
+    return reference, comparisons
+
+
+def _run_entry(rr: RunResult, reference: dict[str, float] | None) -> dict:
+    rows = []
+    for res in rr.results:
+        row = res.as_row()
+        base_tokens = reference.get(res.id) if reference is not None else None
+        row["baseline_tokens"] = base_tokens  # the pairing reference (mean over baseline seeds)
+        row["bucket"] = M.bucket_of(base_tokens)
+        rows.append(row)
+    return {"label": rr.label, "path": rr.path, "mode": rr.mode, "summary": rr.summary, "problems": rows,
+            "prefix_cache": (rr.manifest or {}).get("prefix_cache") or None}  # the run's hit ratios (its manifest)
+
+
+def _metrics(task: str, planner: str, executor: str, gold_source: str | None, stats: dict,
+             sprint_results: list[RunResult], base_results: list[RunResult], timing: dict[str, float]) -> dict:
+    """The dictionary metrics.json stores and report.md is rendered from."""
+    reference, comparisons = _comparisons(sprint_results, base_results, stats)
+    return {
+        "task": task,
+        "tokenizers": {"planner": planner, "executor": executor},
+        "bucket_edges": list(M.BUCKET_EDGES),
+        "bootstrap": stats,
+        "gold": gold_source,
+        "runs": [_run_entry(r, reference) for r in sprint_results],
+        "baselines": [_run_entry(r, reference) for r in base_results],
+        "comparisons": comparisons,
+        "aggregate": {
+            "sprint": M.aggregate_summaries([r.summary for r in sprint_results]) if sprint_results else None,
+            "baseline": M.aggregate_summaries([r.summary for r in base_results]) if base_results else None,
+            "comparison": M.aggregate_comparisons(comparisons) if comparisons else None,
+        },
+        "timing": dict(timing),
+    }
+
+
+def _write_outputs(
+    out: Path, metrics: dict, cfg: EvaluateConfig, planner: str, executor: str, gold_map: dict[str, Any] | None,
+    gold_is_mapping: bool, runs: list[LoadedRun], parsed: dict[Key, _Counted], warnings: list[str], started_at: float,
+    *, into: Path | None = None,
+) -> dict[str, Path]:
+    """metrics.json, the figures, report.md, then manifest.json (what was read, with which settings).
+
+    They are written into `into` (the temporary folder `run_evaluation` swaps into place as OUT)."""
+    folder = into if into is not None else out
+    files = write_report(metrics, folder, plots=cfg.plots, viewer=viewer_link(out, cfg.runs))
+    run_paths, base_paths = _as_paths(cfg.runs), _as_paths(cfg.baseline)
+    config = {
+        "runs": [str(p) for p in run_paths], "baseline": [str(p) for p in base_paths], "task": cfg.task,
+        "planner_tokenizer": planner, "executor_tokenizer": executor,
+        "gold": f"<mapping of {len(gold_map or {})} ids>" if gold_is_mapping else cfg.gold,
+        "out_dir": str(out), "resamples": cfg.resamples, "seed": cfg.seed, "confidence": cfg.confidence,
+        "workers": cfg.workers, "plots": cfg.plots,
+    }
+    inputs = {
+        "runs": [run_fingerprint(p) for p in run_paths],
+        "baselines": [run_fingerprint(p) for p in base_paths],
+        "gold": None if gold_map is None else {
+            "source": config["gold"], "ids": len(gold_map),
+            "fingerprint": text_hash(json.dumps(gold_map, sort_keys=True, default=str))},
+    }
+    problems = [p for r in runs for p in r.problems]
+    counts = {"runs": len(metrics["runs"]), "baselines": len(metrics["baselines"]), "problems": len(problems),
+              "no_text": sum(p.text is None for p in problems),
+              "malformed": sum(got.malformed for got in parsed.values())}
+    settings = {k: v for k, v in config.items() if k not in ("out_dir", "workers", "plots")}
+    write_manifest(folder, "evaluate", config, started=started_at, counts=counts, identity=settings,
+                   inputs={**inputs, "fingerprint": text_hash(json.dumps(inputs, sort_keys=True, default=str))},
+                   extra={"task": metrics["task"], "warnings": warnings})
+    files["manifest"] = folder / "manifest.json"
+    return files
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def headline(metrics: dict) -> str:
+    """One line per method for the terminal."""
+    lines = []
+    for key, name in (("runs", "SPRINT"), ("baselines", "baseline")):
+        for r in metrics[key]:
+            s = r["summary"]
+            acc = "n/a" if s["accuracy"] is None else f"{100 * s['accuracy']:.1f}%"
+            seq = "n/a" if s["mean_sequential"] is None else f"{s['mean_sequential']:.0f}"
+            lines.append(f"{name} {r['label']}: accuracy {acc} ({s['no_answer']} without answer), "
+                         f"mean sequential tokens {seq}")
+    for c in metrics["comparisons"]:
+        red = c["overall"]["reduction"]
+        red_s = "n/a" if red is None else f"{100 * red:.1f}%"
+        lines.append(f"{c['run']} vs {c['baseline']}: sequential-token reduction {red_s}, "
+                     f"McNemar p = {c['mcnemar']['p_value']:.3g}")
+    return "\n".join(lines)
+
+
+
+
+def _main(args: argparse.Namespace) -> int:
+    cfg = config_from(EvaluateConfig, args, runs=list(args.runs) + list(args.more_runs or []))
+    ev = run_evaluation(cfg)
+    for line in ev.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    print(headline(ev.metrics))
+    for name, path in ev.files.items():
+        print(f"{name}: {path}")
+    return failed_items_exit(evaluation_failures(ev.metrics), 0, what="problems", argv=getattr(args, "argv", None),
+                             retry_hint="the report counts them as wrong; re-run the stage that made the run "
+                             "(same command: it retries its failed problems), then evaluate again")
+
+
+def evaluation_failures(metrics: dict) -> dict[str, int]:
+    """Problems of the evaluated runs that did not end ok in their run (counted as wrong), by status."""
+    out: dict[str, int] = {}
+    for entry in [*metrics["runs"], *metrics["baselines"]]:
+        for row in entry["problems"]:
+            status = row.get("status") or "ok"
+            if status != "ok":
+                out[status] = out.get(status, 0) + 1
+    return out
+
+
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(EvaluateConfig) if f.name == name)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "evaluate",
+        help="grade runs, count sequential/total tokens, compare with a baseline, write report.md",
+        description=(
+            "Evaluate SPRINT runs (and a sequential baseline): accuracy, sequential and total tokens, "
+            "reduction per baseline length bucket, McNemar test, bootstrap CIs; writes metrics.json, "
+            "report.md and PNG plots. A run is a run folder (records.jsonl) or a folder of trajectory "
+            ".txt files (planner_trajectory_<id>.txt / base_model_trajectory_<id>.txt)."
+        ),
+        formatter_class=HelpFormatter,
+    )
+    # The run lists take several values (and one is positional), which `add_options` does not do;
+    # their help still comes from the config's fields.
+    p.add_argument("runs", nargs="*", metavar="RUN", help=_field("runs").metadata["help"])
+    p.add_argument("--runs", dest="more_runs", nargs="+", default=None, metavar="RUN",
+                   help="more SPRINT run folders (seeds of one method)")
+    p.add_argument("--baseline", nargs="+", default=_field("baseline").default, metavar="RUN",
+                   help=_field("baseline").metadata["help"])
+    add_options(p, EvaluateConfig)
+    p.set_defaults(func=_main)

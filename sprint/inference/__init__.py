@@ -1,0 +1,1 @@
+"""Stage 4: the planner/executor loop, its schedules, and the sequential baseline."""

@@ -1,0 +1,1 @@
+"""The task registry (math, gpqa, countdown) and grading."""

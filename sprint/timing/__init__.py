@@ -1,0 +1,1 @@
+"""Seconds: the latency model, replay server, forced-length time replay and its fit."""

@@ -1,0 +1,332 @@
+"""What time-replay measured, in numbers: per-method seconds, speedups, and a fitted latency model.
+
+`summarize_timing` turns timing.json's measured calls into the figures reviewers ask for: seconds
+per problem for each SPRINT schedule and the baseline, the speedup overall and per length bucket
+of the baseline (bootstrap CIs over problems, `sprint.evaluation.metrics`), the share of call time spent
+before the first token (prefill + queueing), and the prefix-cache hit ratio.
+
+`fit_latency` fits `sprint.timing.latency.LatencyModel` to the measured calls, so the replay server can
+simulate the user's own hardware (`replay-server --latency-from latency.json`):
+
+- decode: a call's time after its first token, per token, is `s_per_token × (1 + batch_slowdown ×
+  (m − 1))`, where m is the time-averaged number of calls decoding during its decode window
+  (itself included); weighted least squares over calls (weight = its tokens);
+- prefill: its time to first token minus one decode step is `ttft_base_s + ttft_per_prompt_token_s
+  × prompt tokens` (least squares; cache hits lower the slope, as they do on the engine).
+
+    python -m sprint fit-latency TIMING_DIR [--out latency.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from sprint.evaluation import metrics as M
+from sprint.core.errors import UserError
+from sprint.timing.latency import LatencyModel
+from sprint.core.options import HelpFormatter, add_options, config_from, option
+from sprint.core.records import atomic_write
+
+BASELINE = "baseline"
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary of a timing.json
+
+
+def _ok_calls(problems: list[dict]) -> list[dict]:
+    return [c for p in problems for c in p["calls"] if not c.get("error")]
+
+
+def _method_summary(problems: list[dict]) -> dict[str, Any]:
+    seconds = [p["seconds"] for p in problems]
+    calls = [c for p in problems for c in p["calls"]]
+    ok = _ok_calls(problems)
+    busy = sum(c["end"] - c["start"] for c in ok)
+    ttft = sum(c["ttft"] for c in ok if c.get("ttft") is not None)
+    prompt = sum(c["prompt_tokens"] for c in ok)
+    cached = [c["cached_tokens"] for c in ok if isinstance(c.get("cached_tokens"), int)]
+    return {
+        "problems": len(problems),
+        "mean_seconds": float(np.mean(seconds)) if seconds else None,
+        "median_seconds": float(np.median(seconds)) if seconds else None,
+        "calls": len(calls),
+        "failed_calls": len(calls) - len(ok),
+        "forced_ok": sum(1 for c in ok if c["completion_tokens"] == c["forced_tokens"]),
+        "output_tokens": sum(c["forced_tokens"] for c in calls),
+        "ttft_share": ttft / busy if busy > 0 else None,
+        "prompt_tokens": prompt,
+        "cached_tokens": sum(cached) if cached else None,
+        "cache_hit_ratio": sum(cached) / prompt if cached and prompt else None,
+    }
+
+
+def _ratio_rows(base: np.ndarray, other: np.ndarray) -> np.ndarray:
+    return base.mean(axis=-1) / other.mean(axis=-1)
+
+
+def _diff_rows(base: np.ndarray, other: np.ndarray) -> np.ndarray:
+    return base.mean(axis=-1) - other.mean(axis=-1)
+
+
+def _speedup(base: list[float], other: list[float], resamples: int) -> dict[str, Any]:
+    """base / other mean seconds (>1: `other` is faster) and seconds saved per problem, with CIs."""
+    b, o = np.asarray(base, float), np.asarray(other, float)
+    if len(b) == 0 or o.mean() <= 0:
+        return {"problems": len(b), "speedup": None, "speedup_ci": None, "saved_seconds": None, "saved_ci": None}
+    return {
+        "problems": len(b),
+        "base_seconds": float(b.mean()), "seconds": float(o.mean()),
+        "speedup": float(b.mean() / o.mean()),
+        "speedup_ci": M.bootstrap_ci(_ratio_rows, [b, o], resamples=resamples),
+        "saved_seconds": float((b - o).mean()),
+        "saved_ci": M.bootstrap_ci(_diff_rows, [b, o], resamples=resamples),
+    }
+
+
+def _compare(base: dict[str, dict], other: dict[str, dict], resamples: int) -> dict[str, Any]:
+    """Paired by problem id; buckets by the baseline's output length (the paper's Table 3 buckets)."""
+    ids = [i for i in other if i in base]
+    result = _speedup([base[i]["seconds"] for i in ids], [other[i]["seconds"] for i in ids], resamples)
+    buckets: dict[str, list[str]] = {}
+    for i in ids:
+        buckets.setdefault(M.bucket_of(base[i]["output_tokens"]) or "?", []).append(i)
+    result["buckets"] = {
+        label: _speedup([base[i]["seconds"] for i in buckets[label]], [other[i]["seconds"] for i in buckets[label]], resamples)
+        for label in M.bucket_labels() if label in buckets
+    }
+    return result
+
+
+def summarize_timing(timing: dict[str, Any], resamples: int = M.DEFAULT_RESAMPLES) -> dict[str, Any]:
+    methods = timing["methods"]
+    per = {m: _method_summary(v["problems"]) for m, v in methods.items()}
+    by_id = {m: {p["id"]: p for p in v["problems"]} for m, v in methods.items()}
+    schedules = [m for m in methods if m != BASELINE]
+    summary: dict[str, Any] = {
+        "methods": per,
+        "calls": sum(s["calls"] for s in per.values()),
+        "forced_ok": sum(s["forced_ok"] for s in per.values()),
+    }
+    if BASELINE in methods:
+        summary["vs_baseline"] = {s: _compare(by_id[BASELINE], by_id[s], resamples) for s in schedules}
+    if "barrier" in methods and "stream" in methods:
+        summary["stream_vs_barrier"] = _compare(by_id["barrier"], by_id["stream"], resamples)
+    return summary
+
+
+def _fmt(x: float | None, spec: str = ".2f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def _ci(ci: Sequence[float] | None, spec: str = ".2f") -> str:
+    return "" if not ci else f" [{format(ci[0], spec)}, {format(ci[1], spec)}]"
+
+
+def timing_table(timing: dict[str, Any]) -> str:
+    """The terminal table: seconds per problem, forced lengths honoured, TTFT share, cache hits, speedups."""
+    s = timing["summary"]
+    lines = [f"time-replay on {timing['model']} at {timing['server']}: "
+             f"forced lengths honoured {s['forced_ok']}/{s['calls']} calls"]
+    lines.append(f"{'method':<10} {'problems':>8} {'s/problem':>10} {'median':>8} {'calls':>6} {'TTFT share':>10} {'cache hit':>9}")
+    for m, row in s["methods"].items():
+        lines.append(f"{m:<10} {row['problems']:>8} {_fmt(row['mean_seconds'], '.3f'):>10} "
+                     f"{_fmt(row['median_seconds'], '.3f'):>8} {row['calls']:>6} {_fmt(row['ttft_share'], '.1%'):>10} "
+                     f"{_fmt(row['cache_hit_ratio'], '.1%'):>9}")
+    for sched, cmp in (s.get("vs_baseline") or {}).items():
+        lines.append(f"speedup of {sched} over the baseline: {_fmt(cmp['speedup'])}x{_ci(cmp['speedup_ci'])}, "
+                     f"saves {_fmt(cmp['saved_seconds'], '.3f')} s/problem{_ci(cmp['saved_ci'], '.3f')}")
+        for label, b in cmp["buckets"].items():
+            lines.append(f"  baseline {label:>9} tokens: n={b['problems']:<3} {_fmt(b['speedup'])}x{_ci(b['speedup_ci'])}")
+    if s.get("stream_vs_barrier"):
+        c = s["stream_vs_barrier"]
+        lines.append(f"stream over barrier: {_fmt(c['speedup'], '.3f')}x{_ci(c['speedup_ci'], '.3f')}")
+    return "\n".join(lines)
+
+
+def timing_report(timing: dict[str, Any]) -> str:
+    """report.md's section: the same figures as a Markdown table, with what they mean."""
+    s = timing["summary"]
+    out = ["## Seconds on a real engine", "",
+           f"Forced-length replay on `{timing['model']}` ({timing['server']}), tokenizer `{timing['tokenizer']}`, "
+           f"{timing['config']['concurrency']} problem(s) in flight. Every call was sent with its recorded context "
+           f"and forced to its recorded length: {s['forced_ok']}/{s['calls']} calls generated exactly that many tokens.",
+           "", "| method | problems | s / problem | median | calls | TTFT share | prefix-cache hits |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for m, row in s["methods"].items():
+        out.append(f"| {m} | {row['problems']} | {_fmt(row['mean_seconds'], '.3f')} | {_fmt(row['median_seconds'], '.3f')} "
+                   f"| {row['calls']} | {_fmt(row['ttft_share'], '.1%')} | {_fmt(row['cache_hit_ratio'], '.1%')} |")
+    for sched, cmp in (s.get("vs_baseline") or {}).items():
+        out += ["", f"**{sched} vs the sequential baseline**: {_fmt(cmp['speedup'])}x{_ci(cmp['speedup_ci'])} "
+                    f"(95% bootstrap CI), {_fmt(cmp['saved_seconds'], '.3f')} s saved per problem{_ci(cmp['saved_ci'], '.3f')}.",
+                "", "| baseline length (tokens) | problems | baseline s | SPRINT s | speedup |", "| --- | ---: | ---: | ---: | ---: |"]
+        for label, b in cmp["buckets"].items():
+            out.append(f"| {label} | {b['problems']} | {_fmt(b.get('base_seconds'), '.3f')} | {_fmt(b.get('seconds'), '.3f')} "
+                       f"| {_fmt(b['speedup'])}x{_ci(b['speedup_ci'])} |")
+    if s.get("stream_vs_barrier"):
+        c = s["stream_vs_barrier"]
+        out += ["", f"**stream vs barrier**: {_fmt(c['speedup'], '.3f')}x{_ci(c['speedup_ci'], '.3f')}."]
+    out += ["", "TTFT share: the part of the calls' time spent before their first token (queueing + prefill). "
+                "Prefix-cache hits: cached / prompt tokens, as the server reported them.", ""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fitting the latency model
+
+
+@dataclass
+class CallSample:
+    """What the fit needs of one measured call (seconds on one clock)."""
+
+    start: float
+    first_token: float
+    end: float
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def samples_from_timing(timing: dict[str, Any]) -> list[list[CallSample]]:
+    """The measured calls of each method (each method has its own clock, so overlaps are per method)."""
+    groups = []
+    for method in timing["methods"].values():
+        rows = [CallSample(c["start"], c["first_token"], c["end"], c["prompt_tokens"], c["completion_tokens"])
+                for c in method.get("run_calls", []) if not c.get("error") and c.get("first_token") is not None]
+        if rows:
+            groups.append(rows)
+    return groups
+
+
+def decode_concurrency(calls: Sequence[CallSample]) -> np.ndarray:
+    """For each call, the time-averaged number of calls decoding during its decode window (itself included)."""
+    first = np.array([c.first_token for c in calls], float)
+    end = np.array([c.end for c in calls], float)
+    points = np.unique(np.concatenate([first, end]))
+    # decoding count on each interval [points[k], points[k+1])
+    starts = np.searchsorted(np.sort(first), points, side="right")
+    ends = np.searchsorted(np.sort(end), points, side="right")
+    count = (starts - ends).astype(float)
+    area = np.concatenate([[0.0], np.cumsum(count[:-1] * np.diff(points))])  # ∫ count dt up to each point
+    width = end - first
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = (np.interp(end, points, area) - np.interp(first, points, area)) / width
+    return np.where(width > 0, m, 1.0)
+
+
+@dataclass
+class LatencyFit:
+    model: LatencyModel
+    calls: int
+    decode_rmse_ms: float  # per-token decode time, fitted vs measured
+    ttft_rmse_ms: float
+    duration_mape: float  # mean |predicted − measured| / measured of whole call durations
+    concurrency_range: tuple[float, float]
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["latency_model"] = d.pop("model")
+        return d
+
+
+def _lstsq(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """Weighted least squares of y = a + b·x; b is 0 when x does not vary."""
+    sw = np.sqrt(w)
+    if np.ptp(x) < 1e-9:
+        return float(np.average(y, weights=w)), 0.0
+    a, b = np.linalg.lstsq(np.column_stack([sw, sw * x]), sw * y, rcond=None)[0]
+    return float(a), float(b)
+
+
+def fit_latency(groups: Sequence[Sequence[CallSample]]) -> LatencyFit:
+    """Fit the LatencyModel to measured calls (see the module docstring)."""
+    calls = [c for g in groups for c in g]
+    if len(calls) < 3:
+        raise UserError(f"need at least 3 measured calls to fit the latency model, got {len(calls)}; run time-replay first")
+    m = np.concatenate([decode_concurrency(g) for g in groups])
+    n = np.array([c.completion_tokens for c in calls], float)
+    prompt = np.array([c.prompt_tokens for c in calls], float)
+    ttft = np.array([c.first_token - c.start for c in calls], float)
+    decode = np.array([c.end - c.first_token for c in calls], float)
+    use = n > 1
+    if use.sum() < 2:
+        raise UserError("the measured calls generate at most one token each; nothing to fit decode speed on")
+    per_token = decode[use] / (n[use] - 1)
+    s, sb = _lstsq(m[use] - 1, per_token, n[use] - 1)
+    s = max(s, 1e-9)
+    b = max(sb / s, 0.0)
+    note = "" if np.ptp(m[use]) > 0.5 else "calls hardly overlapped: batch_slowdown is not identified (set to 0)"
+    step = s * (1 + b * (m - 1))
+    base, per_prompt = _lstsq(prompt, ttft - step, np.ones_like(prompt))
+    model = LatencyModel(ttft_base_s=max(base, 0.0), ttft_per_prompt_token_s=max(per_prompt, 0.0), s_per_token=s,
+                         batch_slowdown=b)
+    predicted = model.prefill(0) + model.ttft_per_prompt_token_s * prompt + n * step
+    measured = np.array([c.end - c.start for c in calls], float)
+    return LatencyFit(
+        model=model, calls=len(calls),
+        decode_rmse_ms=float(np.sqrt(np.mean((per_token - step[use]) ** 2)) * 1000),
+        ttft_rmse_ms=float(np.sqrt(np.mean((ttft - (model.prefill(0) + model.ttft_per_prompt_token_s * prompt + step)) ** 2)) * 1000),
+        duration_mape=float(np.mean(np.abs(predicted - measured) / np.maximum(measured, 1e-9))),
+        concurrency_range=(float(m.min()), float(m.max())), note=note,
+    )
+
+
+def read_timing(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    p = p / "timing.json" if p.is_dir() else p
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{p} does not exist; pass the --out folder of a time-replay run") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{p} is not valid JSON ({exc.msg}); re-run time-replay") from None
+
+
+def fit_text(fit: LatencyFit) -> str:
+    m = fit.model
+    lines = [
+        f"fitted on {fit.calls} measured calls (decode concurrency {fit.concurrency_range[0]:.2f}–{fit.concurrency_range[1]:.2f}):",
+        f"  ttft_base_s             = {m.ttft_base_s:.6f}   ({m.ttft_base_s * 1000:.2f} ms)",
+        f"  ttft_per_prompt_token_s = {m.ttft_per_prompt_token_s:.3e}   ({m.ttft_per_prompt_token_s * 1e6:.2f} µs per prompt token)",
+        f"  s_per_token             = {m.s_per_token:.6f}   ({m.s_per_token * 1000:.3f} ms per token alone)",
+        f"  batch_slowdown          = {m.batch_slowdown:.5f}   (+{m.batch_slowdown:.2%} per extra decoding sequence)",
+        f"fit error: decode {fit.decode_rmse_ms:.3f} ms/token RMSE, TTFT {fit.ttft_rmse_ms:.2f} ms RMSE, "
+        f"call duration {fit.duration_mape:.1%} mean absolute error",
+    ]
+    if fit.note:
+        lines.append(f"note: {fit.note}")
+    return "\n".join(lines)
+
+
+@dataclass
+class FitConfig:
+    """`python -m sprint fit-latency`."""
+
+    timing: str = option(help="time-replay output folder (or its timing.json)", cli=False)
+    out: str | None = option(None, "where to write the fitted model (default: TIMING_DIR/latency.json)")
+
+
+def _command(args: argparse.Namespace) -> int:
+    cfg = config_from(FitConfig, args)
+    fit = fit_latency(samples_from_timing(read_timing(cfg.timing)))
+    out = Path(cfg.out) if cfg.out else (Path(cfg.timing) if Path(cfg.timing).is_dir() else Path(cfg.timing).parent) / "latency.json"
+    atomic_write(out, json.dumps(fit.as_dict(), indent=1) + "\n")
+    print(fit_text(fit))
+    print(f"wrote {out}; simulate this hardware with `sprint replay-server … --latency-from {out}`")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "fit-latency", help="fit the replay latency model to time-replay measurements",
+        description=__doc__, formatter_class=HelpFormatter,
+    )
+    p.add_argument("timing", metavar="TIMING_DIR", help="time-replay output folder (or its timing.json)")
+    add_options(p, FitConfig)
+    p.set_defaults(func=_command)

@@ -1,0 +1,269 @@
+"""Check an SFT dataset before paying for GPUs: `python -m sprint check-sft`.
+
+ms-swift accepts a malformed row silently or drops an over-long one without saying how many; on a
+cluster that surfaces hours later as a crash or a smaller-than-planned run. This check reads the
+train.jsonl / test.jsonl that packing writes and reports, per split: rows, rows with bad roles or
+empty content (errors), token lengths as ms-swift's `deepseek_r1` template will encode them, how
+many rows `--max_length` would drop (ms-swift's default `--truncation_strategy delete`), and how
+many test questions also appear in train. It runs in the pipeline's .venv (tokenizer only, no torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sprint.core.errors import UserError
+from sprint.core.options import add_command, config_from, option
+from sprint.core.records import atomic_write
+from sprint.format.trajectory import load_tokenizer as _load_tokenizer
+
+DEFAULT_MAX_LENGTH = 7168  # the authors' ms-swift run; configs/finetune_*.yaml use the same
+DEFAULT_TEMPLATE = "deepseek_r1"
+MAX_LISTED_ERRORS = 10
+
+# ms-swift 4.6's `deepseek_r1` template (DeepseekV2_5TemplateMeta): BOS + system, then
+# `<｜User｜>{query}<｜Assistant｜>`, the response, and EOS after it. Every boundary is a special
+# token, so tokenizing the joined text gives the same ids as ms-swift's piecewise encoding
+# (tests/test_sft_check.py checks this against ms-swift itself).
+R1_USER, R1_ASSISTANT = "<｜User｜>", "<｜Assistant｜>"
+
+
+@dataclass
+class SplitReport:
+    """What one file holds and what training will actually see of it."""
+
+    name: str
+    path: str
+    rows: int = 0
+    invalid: int = 0  # unreadable JSON, bad roles, empty content: ms-swift would crash or train on junk
+    too_long: int = 0  # valid rows longer than max_length: dropped by ms-swift
+    no_think: int = 0  # valid rows whose answer is not wrapped in <think> … </think> (not SPRINT's format)
+    lengths: list[int] = field(default_factory=list, repr=False)  # token length of each valid row
+    errors: list[str] = field(default_factory=list)  # the first MAX_LISTED_ERRORS problems, with line numbers
+
+    @property
+    def kept(self) -> int:
+        return self.rows - self.invalid - self.too_long
+
+    def length_stats(self) -> dict[str, float]:
+        if not self.lengths:
+            return {}
+        ordered = sorted(self.lengths)
+        return {
+            "min": ordered[0],
+            "median": statistics.median(ordered),
+            "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+            "max": ordered[-1],
+        }
+
+    def summary(self) -> dict[str, Any]:
+        data = {k: v for k, v in asdict(self).items() if k != "lengths"}
+        data.update(kept=self.kept, token_lengths=self.length_stats())
+        return data
+
+
+@dataclass
+class SftCheckReport:
+    tokenizer: str
+    max_length: int
+    train: SplitReport
+    test: SplitReport | None
+    test_in_train: int = 0  # test user prompts that also occur in train (leakage)
+
+    @property
+    def ok(self) -> bool:
+        """Fit to train on: no broken rows, something left to train on, and to evaluate on if given."""
+        splits = [self.train] + ([self.test] if self.test else [])
+        return all(s.invalid == 0 and s.kept > 0 for s in splits)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "tokenizer": self.tokenizer,
+            "max_length": self.max_length,
+            "train": self.train.summary(),
+            "test": self.test.summary() if self.test else None,
+            "test_in_train": self.test_in_train,
+        }
+
+    def format(self) -> str:
+        lines = [f"SFT data check (tokenizer {self.tokenizer}, max_length {self.max_length})"]
+        for split in (self.train, self.test):
+            if split is None:
+                lines.append("  test: none given (ms-swift will not evaluate, so no best checkpoint by eval loss)")
+                continue
+            stats = split.length_stats()
+            lengths = ", ".join(f"{k} {v:g}" for k, v in stats.items()) if stats else "no valid rows"
+            lines.append(
+                f"  {split.name}: {split.rows} rows in {split.path}: {split.invalid} invalid, "
+                f"{split.too_long} longer than {self.max_length} tokens (dropped by ms-swift), "
+                f"{split.kept} kept"
+            )
+            lines.append(f"    tokens per row: {lengths}")
+            if split.no_think:
+                lines.append(f"    {split.no_think} assistant turns are not wrapped in <think> … </think>")
+            lines.extend(f"    {e}" for e in split.errors)
+            if split.invalid > len(split.errors):
+                lines.append(f"    … and {split.invalid - len(split.errors)} more invalid rows")
+        if self.test_in_train:
+            lines.append(f"  warning: {self.test_in_train} test prompts also occur in train")
+        lines.append("  OK" if self.ok else "  NOT OK: fix the data before training")
+        return "\n".join(lines)
+
+
+def validate_messages(row: Any) -> list[dict[str, str]]:
+    """The row's messages if ms-swift can train on them, else ValueError saying why.
+
+    Accepted: an optional system turn, then user/assistant turns alternating, ending with an
+    assistant turn (the training target); every content a non-empty string.
+    """
+    if not isinstance(row, dict):
+        raise ValueError("row is not a JSON object")
+    messages = row.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("no 'messages' list")
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            raise ValueError(f"message {i} has no 'role'")
+        content = msg.get("content")
+        if not isinstance(content, str):
+            raise ValueError(f"message {i} ({msg['role']}) content is not a string")
+        if not content.strip():
+            raise ValueError(f"message {i} ({msg['role']}) has empty content")
+    roles = [m["role"] for m in messages]
+    body = roles[1:] if roles[0] == "system" else roles
+    expected = ["user", "assistant"] * (len(body) // 2 + 1)
+    if not body or body != expected[: len(body)] or body[-1] != "assistant":
+        raise ValueError(f"roles {roles}: expected [system,] user, assistant[, user, assistant …] ending with assistant")
+    return messages
+
+
+def render_deepseek_r1(messages: list[dict[str, str]], bos: str, eos: str) -> str:
+    """The text ms-swift's deepseek_r1 template trains on (every turn kept, as in single-turn SFT)."""
+    parts = [bos]
+    for msg in messages:
+        if msg["role"] == "system":
+            parts.append(msg["content"])
+        elif msg["role"] == "user":
+            parts.append(R1_USER + msg["content"] + R1_ASSISTANT)
+        else:
+            parts.append(msg["content"] + eos)
+    return "".join(parts)
+
+
+def load_tokenizer(name: str) -> Any:
+    """The model's chat tokenizer (`sprint.format.trajectory.load_tokenizer`, cached there)."""
+    return _load_tokenizer(name, chat=True)
+
+
+def check_split(path: Path, name: str, tokenizer: Any, max_length: int, template: str = DEFAULT_TEMPLATE) -> SplitReport:
+    """Validate every row of one JSONL file and measure its encoded length."""
+    if not path.is_file():
+        raise UserError(f"{name} data {path} does not exist; run the packing stage or pass the right path")
+    report = SplitReport(name=name, path=str(path))
+    texts: list[str] = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            report.rows += 1
+            try:
+                messages = validate_messages(json.loads(line))
+            except (json.JSONDecodeError, ValueError) as exc:
+                report.invalid += 1
+                if len(report.errors) < MAX_LISTED_ERRORS:
+                    report.errors.append(f"line {lineno}: {exc}")
+                continue
+            answer = messages[-1]["content"].strip()
+            if not (answer.startswith("<think>") and answer.endswith("</think>")):
+                report.no_think += 1
+            texts.append(_render(messages, tokenizer, template))
+    if texts:
+        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        report.lengths = [len(ids) for ids in encoded]
+        report.too_long = sum(n > max_length for n in report.lengths)
+    return report
+
+
+def _render(messages: list[dict[str, str]], tokenizer: Any, template: str) -> str:
+    if template == "deepseek_r1":
+        return render_deepseek_r1(messages, tokenizer.bos_token or "", tokenizer.eos_token or "")
+    # Another template: the tokenizer's own chat template is the best estimate we have.
+    return tokenizer.apply_chat_template(messages, tokenize=False)
+
+
+def _user_prompts(path: Path) -> set[str]:
+    prompts = set()
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            try:
+                messages = validate_messages(json.loads(line))
+            except (json.JSONDecodeError, ValueError):
+                continue
+            prompts.add("\n".join(m["content"] for m in messages if m["role"] == "user"))
+    return prompts
+
+
+def check_sft(
+    train: str | Path,
+    test: str | Path | None,
+    tokenizer: str,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    template: str = DEFAULT_TEMPLATE,
+) -> SftCheckReport:
+    """Check train (and test) JSONL files against the model's tokenizer and `max_length`."""
+    if max_length <= 0:
+        raise UserError(f"--max-length must be positive, got {max_length}")
+    tok = load_tokenizer(tokenizer)
+    train_path = Path(train)
+    train_report = check_split(train_path, "train", tok, max_length, template)
+    test_report = check_split(Path(test), "test", tok, max_length, template) if test else None
+    overlap = len(_user_prompts(train_path) & _user_prompts(Path(test))) if test else 0
+    return SftCheckReport(tokenizer, max_length, train_report, test_report, overlap)
+
+
+def resolve_data(data: str | Path, test: str | Path | None) -> tuple[Path, Path | None]:
+    """A packing output folder (train.jsonl + test.jsonl) or a train file (+ optional test file)."""
+    path = Path(data)
+    if path.is_dir():
+        train_path = path / "train.jsonl"
+        if test is None and (path / "test.jsonl").is_file():
+            test = path / "test.jsonl"
+    else:
+        train_path = path
+    if not train_path.is_file():
+        raise UserError(f"no training data at {train_path}; pass the packing output folder or a train .jsonl file")
+    return train_path, Path(test) if test else None
+
+
+@dataclass
+class CheckSftConfig:
+    """`sprint check-sft` settings."""
+
+    data: str = option(help="packing output folder (train.jsonl, test.jsonl) or a train .jsonl file", flags=("data",))
+    tokenizer: str = option(help="the model's folder or hub id (its tokenizer counts the tokens)", var="TOKENIZER")
+    test: str | None = option(None, "test/validation .jsonl (default: test.jsonl in the data folder)")
+    max_length: int = option(DEFAULT_MAX_LENGTH, "ms-swift --max_length; longer rows are dropped", var="MAX_LENGTH")
+    template: str = option(DEFAULT_TEMPLATE, "ms-swift template the training uses (others use the tokenizer's chat template)",
+                           var="TEMPLATE")
+    json: str | None = option(None, "also write the report as JSON here", metavar="PATH")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    add_command(subparsers, "check-sft", _main, CheckSftConfig, description=__doc__,
+                help="check an SFT dataset (roles, empty turns, token lengths vs --max-length) before training")
+
+
+def _main(args: argparse.Namespace) -> int:
+    cfg = config_from(CheckSftConfig, args)
+    train, test = resolve_data(cfg.data, cfg.test)
+    report = check_sft(train, test, cfg.tokenizer, cfg.max_length, cfg.template)
+    print(report.format())
+    if cfg.json:
+        atomic_write(cfg.json, json.dumps(report.summary(), indent=2) + "\n")
+    return 0 if report.ok else 1

@@ -1,0 +1,1 @@
+"""The static HTML run viewer and its call timelines."""
