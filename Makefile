@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: install install-vllm install-swift install-rl test test-fast demo bench clean
+.PHONY: install install-vllm install-swift install-rl test test-fast wheel-smoke demo bench clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -29,6 +29,11 @@ test: install install-vllm install-swift install-rl
 # Offline unit tests only (no vLLM, no ms-swift).
 test-fast: install
 	$(VENV)/bin/python -m pytest -q -m "not vllm and not swift"
+
+# The wheel works away from the checkout: built, installed into a fresh venv (dependencies reused
+# from $(VENV)), run from a temporary folder; WHEEL_SMOKE_DEPS=pypi installs them from PyPI instead.
+wheel-smoke: install
+	bash scripts/wheel_smoke.sh
 
 # The main job: every stage for real on a small bundled sample (see README).
 demo: install install-vllm install-swift

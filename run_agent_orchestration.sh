@@ -50,6 +50,8 @@ PROBLEM_RETRIES="${PROBLEM_RETRIES:-}"                    # re-runs of a problem
 AGENT_PROMPT="${AGENT_PROMPT:-}"                          # agent prompt file (none: no agent prompt)
 PRIORITY="${PRIORITY:-0}"                                 # 1/true/yes/on: send vLLM per-request priorities
 AFFINITY_HEADER="${AFFINITY_HEADER:-}"                    # header with the problem id (default X-Session-Id; none: off)
+REPLICAS="${REPLICAS:-}"                                  # with MODEL_PATH: start N vLLM replicas behind vllm-router (one per GPU)
+ROUTER_POLICY="${ROUTER_POLICY:-}"                        # consistent_hash (default) | cache_aware | round_robin | ...
 
 args=(--planner-model "$PLANNER_MODEL" --out-dir "$OUT_DIR")
 flag() {  # flag --name VALUE: pass the flag only when VALUE is set
@@ -87,6 +89,8 @@ flag --executor-retries "$EXECUTOR_RETRIES"
 flag --problem-retries "$PROBLEM_RETRIES"
 flag --agent-prompt "$AGENT_PROMPT"
 flag --affinity-header "$AFFINITY_HEADER"
+flag --replicas "$REPLICAS"
+flag --router-policy "$ROUTER_POLICY"
 if is_true PRIORITY; then args+=(--priority); fi
 
 case " $* " in

@@ -38,6 +38,8 @@ MAX_CONNECTION_FAILURES="${MAX_CONNECTION_FAILURES:-}"    # failed connections i
 PROBLEM_RETRIES="${PROBLEM_RETRIES:-}"                    # re-runs of a problem after a transient failure
 AGENT_PROMPT="${AGENT_PROMPT:-}"                          # agent prompt file (none: no agent prompt)
 AFFINITY_HEADER="${AFFINITY_HEADER:-}"                    # header with the problem id (default X-Session-Id; none: off)
+REPLICAS="${REPLICAS:-}"                                  # with MODEL_PATH: start N vLLM replicas behind vllm-router (one per GPU)
+ROUTER_POLICY="${ROUTER_POLICY:-}"                        # consistent_hash (default) | cache_aware | round_robin | ...
 
 args=(--model "$MODEL" --out-dir "$OUT_DIR")
 flag() {  # flag --name VALUE: pass the flag only when VALUE is set
@@ -65,6 +67,8 @@ flag --max-connection-failures "$MAX_CONNECTION_FAILURES"
 flag --problem-retries "$PROBLEM_RETRIES"
 flag --agent-prompt "$AGENT_PROMPT"
 flag --affinity-header "$AFFINITY_HEADER"
+flag --replicas "$REPLICAS"
+flag --router-policy "$ROUTER_POLICY"
 if ! is_true THINK; then args+=(--no-think); fi
 
 exec "${SPRINT[@]}" baseline "${args[@]}" "$@"

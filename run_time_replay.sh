@@ -32,5 +32,18 @@ flag --schedule "$SCHEDULE"
 flag --concurrency "$CONCURRENCY"
 flag --limit "$LIMIT"
 
+# fit-latency reads what time-replay wrote: an extra --out wins over OUT_DIR (the last one counts, as in
+# argparse); --help only shows time-replay's options, there is nothing to fit.
+fit_dir="$OUT_DIR"
+prev=""
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) exec "${SPRINT[@]}" time-replay "${args[@]}" "$@" ;;
+    --out=*) fit_dir="${arg#--out=}" ;;
+  esac
+  if [[ "$prev" == "--out" ]]; then fit_dir="$arg"; fi
+  prev="$arg"
+done
+
 "${SPRINT[@]}" time-replay "${args[@]}" "$@"
-exec "${SPRINT[@]}" fit-latency "$OUT_DIR"
+exec "${SPRINT[@]}" fit-latency "$fit_dir"

@@ -5,9 +5,10 @@ per phase, hundreds to thousands of tokens) through `python -m sprint replay-ser
 its own process, and runs `orchestrate` against it. All figures are ratios measured in this run,
 so they do not depend on the time scale; the scale only makes the run short.
 
-1. One problem at a time, no capacity limit, no batching slowdown (the critical path ignores
-   both): orchestration wall-clock / critical-path bound, for `--schedule barrier` and `stream`,
-   and stream / barrier. The wall-clock of a problem runs from its start to the end of its last
+1. `--in-flight` problems at a time (default 8; `--in-flight 1` runs them one by one), each still
+   alone in the model: no capacity limit, no batching slowdown (the critical path ignores both).
+   Orchestration wall-clock / critical-path bound, for `--schedule barrier` and `stream`, and
+   stream / barrier. The wall-clock of a problem runs from its start to the end of its last
    model call (grading and writing the record come after). The bound is
    `sprint.timing.latency.critical_path` with the server's latency model and token counts.
 2. All problems at once against a server serving at most `--capacity` sequences:

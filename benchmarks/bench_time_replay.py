@@ -16,6 +16,9 @@ parallel executors hardly finish sooner and the fitted batch_slowdown is about 0
 (about 7 ms per token from 1 to 10 sequences for a 7-8B model on an H100), which is where SPRINT's
 parallel calls pay off: run scripts/time_on_gpus.sh there.
 
+With neither `--server` nor .venv-vllm it measures nothing: it says so and exits 2, so that
+`make bench` does not report a success it did not measure.
+
     SPRINT_LOCAL_DATA=../shared/data .venv/bin/python benchmarks/bench_time_replay.py [--n 4]
     ... [--server http://HOST:PORT/v1 --model NAME --tokenizer DIR]
 """
@@ -26,6 +29,7 @@ import argparse
 import contextlib
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -33,6 +37,7 @@ from pathlib import Path
 
 from make_trajectories import make_problems, write_problems
 
+from sprint.core.errors import UserError
 from sprint.timing.latency_fit import fit_latency, fit_text, samples_from_timing, timing_table
 from sprint.llm.serve import default_python, free_port, local_vllm
 from sprint.timing.time_replay import TimeReplayConfig, time_replay
@@ -45,6 +50,14 @@ def data_root() -> Path:
     root = os.environ.get("SPRINT_LOCAL_DATA") or str(REPO_ROOT.parent / "shared" / "data")
     os.environ["SPRINT_LOCAL_DATA"] = root
     return Path(root)
+
+
+def vllm_installed() -> bool:
+    """Whether the local vLLM venv is there to serve the tiny model."""
+    try:
+        return default_python().exists()
+    except UserError:  # no checkout venv and no variable naming one
+        return False
 
 
 @contextlib.contextmanager
@@ -72,9 +85,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="sampling temperature of the replayed calls (default: the paper's %(default)s; 0 = greedy, "
                              "which on a CPU skips top-p sampling, the costliest part of a step)")
     args = parser.parse_args(argv)
-    if not args.server and not default_python().exists():
-        print(f"skipped: no vLLM venv at {default_python()} (scripts/install_vllm.sh), and no --server given")
-        return 0
+    if not args.server and not vllm_installed():
+        print("error: cannot measure: no vLLM venv (scripts/install_vllm.sh, or VLLM_PYTHON) and no --server URL "
+              "--model NAME; nothing was timed", file=sys.stderr)
+        return 2
     tokenizer = args.tokenizer or str(data_root() / TOKENIZER)
     drawn = make_problems(10 * args.n, args.seed)
     problems = sorted(drawn, key=lambda p: len(p.trajectory.render_body().split()))[: args.n]

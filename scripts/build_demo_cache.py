@@ -8,8 +8,8 @@ stage's default sampling, `sprint.llm.client.cache_key`) and stores the answer u
 client's own cache format. Stage 2's request is built from the components parsed out of the
 stage-1 answer, exactly as stage 1 records them.
 
-Editing a prompt template, the line splitter or a stage default changes the requests, so the
-cache must then be rebuilt (tests/test_demo_data.py fails until it is):
+Editing a prompt template (sprint/prompts/), the line splitter or a stage default changes the
+requests, so the cache must then be rebuilt (tests/test_demo_data.py fails until it is):
 
     python scripts/build_demo_cache.py            # rewrite examples/demo/llm_cache
     python scripts/build_demo_cache.py --check    # exit 1 when the shipped cache is stale
@@ -32,7 +32,8 @@ from sprint.curation import dag as stage2
 from sprint.core.data import Item, load_items
 from sprint.core.errors import UserError
 from sprint.llm.client import Completion, LLMClient, LLMConfig, Sampling, cache_key
-from sprint.curation.stage import DEFAULT_MODEL, load_prompt
+from sprint.curation.stage_config import DEFAULT_MODEL
+from sprint.curation.templates import load_prompt
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "examples" / "demo"
 KIND = "chat"  # both stages call client.chat

@@ -1,4 +1,4 @@
-"""`sprint <command>`: every stage module registers its own subcommand (`sprint <command> --help`)."""
+"""`sprint <command>`: the SPRINT pipeline's stages and tools (`sprint <command> --help` shows one's options)."""
 
 from __future__ import annotations
 
@@ -7,29 +7,40 @@ import importlib
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from typing import NoReturn
 
 from sprint.core.errors import EXIT_INTERRUPTED, EXIT_USER, SprintExit
-from sprint.core.options import with_variable
+from sprint.core.options import add_command, with_variable
 from sprint.core.records import disk_error
 
-# name -> (module, one-line help). The module is imported only when its command is chosen, so
-# `sprint --help` and a small `pack` start at once; the module's `register(subparsers)` adds the
-# subcommand(s) with their handler stored as `func`, returning an exit code.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "components": ("sprint.curation.components", "stage 1: split reasoning traces into plan/execution components with an LLM"),
-    "dag": ("sprint.curation.dag", "stage 2: ask an LLM which components depend on which (a parent dictionary)"),
-    "pack": ("sprint.curation.packing", "stage 3: pack components + DAGs into trajectories and write the SFT dataset"),
-    "check-sft": ("sprint.training.sft_check", "check an SFT dataset (roles, empty turns, token lengths) before training"),
-    "finetune": ("sprint.training.finetune", "fine-tune with ms-swift (`swift sft` with configs/finetune_<tuner>.yaml)"),
-    "orchestrate": ("sprint.inference.orchestration", "SPRINT inference: planner/executor phases on an OpenAI-compatible server"),
-    "baseline": ("sprint.inference.baseline", "sequential baseline: one generation per problem with the same agent prompt"),
-    "evaluate": ("sprint.evaluation.evaluate", "grade runs, count sequential/total tokens, compare with a baseline, write report.md"),
-    "replay-server": ("sprint.timing.replay_server", "serve recorded trajectories over an OpenAI-compatible API with GPU-like timing"),
-    "serve": ("sprint.llm.serve", "serve a local model with vLLM in the foreground (Ctrl-C stops it)"),
-    "view": ("sprint.viewer.site", "write a static HTML viewer of runs: problem table, phases, call timelines"),
-    "time-replay": ("sprint.timing.time_replay", "time recorded runs on a real engine with forced output lengths"),
-    "fit-latency": ("sprint.timing.latency_fit", "fit the replay latency model to time-replay measurements"),
+
+@dataclass(frozen=True)
+class Command:
+    """A `sprint` command: the module that implements it (`register(parser)`, `handle(args)`; see
+    `sprint.core.options.CommandModule`) and its one-line help, written here and nowhere else."""
+
+    module: str
+    help: str
+
+
+# name -> command. A module is imported only when its command is chosen, so `sprint --help` and a
+# small `pack` start at once; every other command gets a stub parser holding just its help line.
+COMMANDS: dict[str, Command] = {
+    "components": Command("sprint.curation.components", "stage 1: split reasoning traces into plan/execution components with an LLM"),
+    "dag": Command("sprint.curation.dag", "stage 2: ask an LLM which components depend on which (a parent dictionary)"),
+    "pack": Command("sprint.curation.packing", "stage 3: pack components + DAGs into trajectories and write the SFT dataset"),
+    "check-sft": Command("sprint.training.sft_check", "check an SFT dataset (roles, empty turns, token lengths vs --max-length) before training"),
+    "finetune": Command("sprint.training.finetune", "fine-tune with ms-swift (check the data, then run `swift sft` with sprint/configs/finetune_<tuner>.yaml)"),
+    "orchestrate": Command("sprint.inference.orchestration", "SPRINT inference: planner/executor phases on an OpenAI-compatible server"),
+    "baseline": Command("sprint.inference.baseline", "sequential baseline: one generation per problem with the same agent prompt"),
+    "evaluate": Command("sprint.evaluation.evaluate", "grade runs, count sequential/total tokens, compare with a baseline, write report.md"),
+    "replay-server": Command("sprint.timing.replay_server", "serve recorded trajectories over an OpenAI-compatible API with GPU-like timing"),
+    "serve": Command("sprint.llm.fleet", "serve a local model with vLLM in the foreground, --replicas N behind vllm-router (Ctrl-C stops it)"),
+    "view": Command("sprint.viewer.site", "write a static HTML viewer of runs: problem table, phases, call timelines"),
+    "time-replay": Command("sprint.timing.time_replay", "time recorded runs on a real engine with forced output lengths"),
+    "fit-latency": Command("sprint.timing.latency_fit", "fit the replay latency model to time-replay measurements"),
+    "grpo": Command("sprint.rl.launch", "latency-aware GRPO with ms-swift: SPRINT rollouts, shorter critical paths rewarded (in .venv-rl)"),
 }
 
 
@@ -63,14 +74,11 @@ def build_parser(argv: list[str] | None = None, *, every_command: bool = False) 
     parser = _Parser(prog="sprint", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = _chosen(sys.argv[1:] if argv is None else argv)
-    registered: set[str] = set()  # a module may hold several commands; its register() adds them all
-    for name, (module, _) in COMMANDS.items():
-        if (every_command or name == chosen) and module not in registered:
-            importlib.import_module(module).register(sub)
-            registered.add(module)
-    for name, (_, help_text) in COMMANDS.items():
-        if name not in sub.choices:
-            sub.add_parser(name, help=help_text, add_help=False)
+    for name, command in COMMANDS.items():
+        if every_command or name == chosen:
+            add_command(sub, name, command.help, importlib.import_module(command.module))
+        else:
+            sub.add_parser(name, help=command.help, add_help=False)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: the shared data folder, the tiny random model, one real vLLM server.
+"""Shared pytest fixtures: the shared data folder, the R1 tokenizer, the scripted server, the tiny random
+model, one real vLLM server.
 
 Expensive fixtures are session-scoped so a test run builds the model and starts vLLM at most once.
 """
@@ -10,28 +11,61 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
 from sprint.llm.serve import default_python, free_port, local_vllm
+from tests.fake_server import FakeServer, Handler, ScriptedServer
+from tests.helpers import REPO_ROOT, SHARED_MISSING, TOKENIZER, shared_data_dir, shared_missing, tokenizer_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-TINY_MODEL_TOKENIZER = "tokenizers/deepseek-r1-distill-qwen-7b"
+TINY_MODEL_TOKENIZER = TOKENIZER
 TINY_MODEL_NAME = "tiny-qwen2"
-
-
-def shared_data_dir() -> Path:
-    """SPRINT_LOCAL_DATA, else ../shared/data beside the repo (read-only; never copy from it)."""
-    return Path(os.environ.get("SPRINT_LOCAL_DATA") or REPO_ROOT.parent / "shared" / "data")
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
+    """The shared data folder (../shared/data or SPRINT_LOCAL_DATA); a fresh clone without it skips."""
     path = shared_data_dir()
     if not path.is_dir():
-        pytest.skip(f"shared data folder {path} is missing; set SPRINT_LOCAL_DATA")
+        pytest.skip(shared_missing(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def tok_dir() -> Path:
+    """The shared R1-distill tokenizer folder (skips without it): the one every token count is checked with."""
+    return tokenizer_dir()
+
+
+@pytest.fixture
+def scripted_server() -> Iterator[ScriptedServer]:
+    """Start scripted OpenAI-compatible servers (`scripted_server(handler, **FakeServer options)`) that
+    live until the test ends and are stopped even when it fails, without a `with` block per server."""
+    servers: list[FakeServer] = []
+
+    def start(handler: Handler | None = None, **options: Any) -> FakeServer:
+        server = FakeServer(handler, **options).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in reversed(servers):
+        server.stop()
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    return str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line counting the skips for a missing ../shared, so a green run of a fresh clone is not
+    mistaken for the full suite."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if SHARED_MISSING in _skip_reason(r)]
+    found = "found" if shared_data_dir().is_dir() else "missing; set SPRINT_LOCAL_DATA"
+    terminalreporter.write_line(f"shared data: {len(skipped)} skipped for missing shared data "
+                                f"({shared_data_dir()}: {found})")
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +93,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) 
         pytest.skip("no venv with torch to build the tiny model; run scripts/install_vllm.sh")
     tokenizer = shared_data / TINY_MODEL_TOKENIZER
     if not tokenizer.is_dir():
-        pytest.skip(f"tokenizer {tokenizer} is missing; set SPRINT_LOCAL_DATA")
+        pytest.skip(shared_missing(tokenizer))
     out = tmp_path_factory.mktemp("models") / TINY_MODEL_NAME
     result = subprocess.run(
         [str(python), str(REPO_ROOT / "scripts" / "make_tiny_model.py"), str(out), "--tokenizer", str(tokenizer)],

@@ -3,9 +3,12 @@
 It speaks real HTTP on 127.0.0.1 so the real `openai` client (timeouts, streaming, errors) is
 exercised end to end, while the answers come from a Python handler the test writes:
 
-    with FakeServer(lambda request, endpoint: "4") as srv:
+    def test_x(scripted_server: ScriptedServer) -> None:   # the conftest.py fixture
+        srv = scripted_server(lambda request, endpoint: "4")  # stopped when the test ends
         ... LLMConfig(base_url=srv.base_url, model="test-model") ...
         assert srv.requests[0][1]["prompt"] == "2+2="
+
+(`with FakeServer(handler) as srv:` is for a server a test stops or restarts itself.)
 
 It behaves like vLLM where tests care, through `sprint.timing.wire` (shared with the replay server):
 `max_tokens` (default 16 on /v1/completions) and `stop` (at most 4 strings, HTTP 400 otherwise)
@@ -28,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from sprint.timing import faults, wire
 from sprint.timing.faults import FaultPlan
@@ -620,6 +623,12 @@ class FakeServer:
                 self._connections.add(conn)
             else:
                 self._connections.discard(conn)
+
+
+class ScriptedServer(Protocol):
+    """The `scripted_server` fixture (conftest.py): starts a FakeServer stopped when the test ends."""
+
+    def __call__(self, handler: Handler | None = None, **options: Any) -> FakeServer: ...
 
 
 def dead_url() -> str:

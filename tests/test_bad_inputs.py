@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer, Reply, dead_url
+from tests.fake_server import FakeServer, Reply, ScriptedServer, dead_url
 
 from sprint.cli import main as cli_main
 
@@ -258,15 +258,15 @@ def good_components(body: dict, endpoint: str) -> str | Reply:
 
 
 @pytest.mark.slow
-def test_bad_rows_do_not_stop_the_curation_run(tmp_path: Path) -> None:
+def test_bad_rows_do_not_stop_the_curation_run(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     rows = [json.loads(line) for line in (CORPUS / "mixed_traces.jsonl").read_text().splitlines()]
     huge = {"id": "huge-trace", "question": "What is 9 + 9?", "answer": "18",
             "thought": "Let me add nine and nine once more. " * 40_000}  # ~1.4 MB, far beyond the context
     rows.append(huge)
     inp = tmp_path / "traces.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with FakeServer(good_components) as srv:
-        result = run_subprocess(["components", "-i", str(inp), "-o", str(tmp_path / "c"), *llm(srv.base_url)])
+    srv = scripted_server(good_components)
+    result = run_subprocess(["components", "-i", str(inp), "-o", str(tmp_path / "c"), *llm(srv.base_url)])
     assert result.returncode == 3, result.stderr  # finished, with failed rows (README "Exit codes")
     assert "Traceback" not in result.stderr and "error:" not in result.stderr
     got = records_of(tmp_path / "c")
@@ -283,10 +283,11 @@ def test_bad_rows_do_not_stop_the_curation_run(tmp_path: Path) -> None:
     assert "records: ok: 2" in result.stdout and "too_long: 1" in result.stdout and "no_thought: 2" in result.stdout
 
 
-def test_malformed_components_are_recorded_by_the_dag_stage(tmp_path: Path, capsys, caplog) -> None:
-    with FakeServer(lambda body, endpoint: "{1: []}") as srv:
-        rc = cli_main(["dag", "-i", str(CORPUS / "components_malformed.jsonl"), "-o", str(tmp_path / "d"), *llm(srv.base_url)])
-        assert not srv.completion_requests
+def test_malformed_components_are_recorded_by_the_dag_stage(tmp_path: Path, capsys, caplog,
+                                                            scripted_server: ScriptedServer) -> None:
+    srv = scripted_server(lambda body, endpoint: "{1: []}")
+    rc = cli_main(["dag", "-i", str(CORPUS / "components_malformed.jsonl"), "-o", str(tmp_path / "d"), *llm(srv.base_url)])
+    assert not srv.completion_requests
     assert rc == 3  # finished, every item failed (README "Exit codes")
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
     got = records_of(tmp_path / "d")
@@ -294,19 +295,20 @@ def test_malformed_components_are_recorded_by_the_dag_stage(tmp_path: Path, caps
     assert all("not a list of component objects" in r["error"] for r in got.values())
 
 
-def test_odd_ids_stay_inside_the_output_folder_and_stay_distinct(tmp_path: Path) -> None:
+def test_odd_ids_stay_inside_the_output_folder_and_stay_distinct(tmp_path: Path,
+                                                                 scripted_server: ScriptedServer) -> None:
     def answer(body: dict, endpoint: str) -> str:
         return "<Final_answer>\nIt is \\boxed{0}.\n</Final_answer>"
 
     workdir = tmp_path / "work"
     workdir.mkdir()
     before = set(tmp_path.rglob("*"))
-    with FakeServer(answer) as srv:
-        result = subprocess.run(
-            [sys.executable, "-m", "sprint", "orchestrate", "--planner-model", MODEL, "--planner-url", srv.base_url,
-             "--data", str(CORPUS / "bad_ids.jsonl"), "--out-dir", "out/run", "--prompt-mode", "raw", "--no-progress"],
-            cwd=workdir, env=cli_env(), capture_output=True, text=True, timeout=120,
-        )
+    srv = scripted_server(answer)
+    result = subprocess.run(
+        [sys.executable, "-m", "sprint", "orchestrate", "--planner-model", MODEL, "--planner-url", srv.base_url,
+         "--data", str(CORPUS / "bad_ids.jsonl"), "--out-dir", "out/run", "--prompt-mode", "raw", "--no-progress"],
+        cwd=workdir, env=cli_env(), capture_output=True, text=True, timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     run = workdir / "out" / "run"

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import datasets
 import pytest
-from fake_server import FakeServer, Reply, dead_url
+from tests.fake_server import Handler, Reply, ScriptedServer, dead_url
 
 from sprint.cli import main as cli_main
 from sprint.curation.components import (
@@ -23,7 +23,6 @@ from sprint.curation.components import (
     line_spans,
     number_lines,
     parse_components,
-    parse_line_range,
     separate_components,
     split_lines,
     WARNING_KINDS,
@@ -31,6 +30,7 @@ from sprint.curation.components import (
     uncovered_lines,
     validate_components,
 )
+from sprint.curation.component_answer import parse_line_range
 from sprint.core.errors import UserError
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces.jsonl"
@@ -612,8 +612,9 @@ def case_rows() -> tuple[list[dict], dict[str, Callable[[dict], Any]]]:
     return rows, replies
 
 
-def scripted_server(rows: list[dict], replies: dict[str, Callable[[dict], Any]]) -> FakeServer:
-    return FakeServer(by_question(rows, lambda row: replies[row["id"]](row)))
+def case_handler(rows: list[dict], replies: dict[str, Callable[[dict], Any]]) -> Handler:
+    """The scripted server's handler for `case_rows`: each row answered by its own reply."""
+    return by_question(rows, lambda row: replies[row["id"]](row))
 
 
 # What an LLM stage records for the fixture traces, and for each way the server can answer badly
@@ -651,13 +652,13 @@ STRICT = {
 }
 
 
-def test_stage_records_every_item_with_a_clear_status(tmp_path: Path) -> None:
+def test_stage_records_every_item_with_a_clear_status(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     rows, replies = case_rows()
     inp = write_jsonl(tmp_path / "traces.jsonl", rows)
     out = tmp_path / "components"
-    with scripted_server(rows, replies) as srv:
-        outcome = run_stage1(inp, out, srv.base_url)
-        assert not srv.errors
+    srv = scripted_server(case_handler(rows, replies))
+    outcome = run_stage1(inp, out, srv.base_url)
+    assert not srv.errors
     records = records_of(out)
     assert set(records) == set(EXPECTED)
     for item_id, (status, message) in EXPECTED.items():
@@ -713,14 +714,14 @@ def test_stage_records_every_item_with_a_clear_status(tmp_path: Path) -> None:
     assert sorted(ds["status"]) == sorted(s for s, _ in EXPECTED.values())
 
 
-def test_strict_rejects_the_kept_defects(tmp_path: Path) -> None:
+def test_strict_rejects_the_kept_defects(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     rows, replies = case_rows()
     names = ("case-missing-fields", "case-overlap", "case-gap", "case-prose")
     rows = [r for r in rows if r["id"] in names]
     inp = write_jsonl(tmp_path / "traces.jsonl", rows)
     out = tmp_path / "strict"
-    with scripted_server(rows, replies) as srv:
-        outcome = run_stage1(inp, out, srv.base_url, strict=True)
+    srv = scripted_server(case_handler(rows, replies))
+    outcome = run_stage1(inp, out, srv.base_url, strict=True)
     records = records_of(out)
     for item_id in names:
         status, message = STRICT.get(item_id, ("ok", None))
@@ -731,18 +732,18 @@ def test_strict_rejects_the_kept_defects(tmp_path: Path) -> None:
     assert json.loads((out / "manifest.json").read_text())["config"]["strict"] is True
 
 
-def test_rerun_retries_only_transient_failures(tmp_path: Path) -> None:
+def test_rerun_retries_only_transient_failures(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     rows, replies = case_rows()
     inp = write_jsonl(tmp_path / "traces.jsonl", rows)
     out = tmp_path / "components"
-    with scripted_server(rows, replies) as srv:
-        run_stage1(inp, out, srv.base_url)
+    srv = scripted_server(case_handler(rows, replies))
+    run_stage1(inp, out, srv.base_url)
     first = records_of(out)
     replies["case-empty"] = good_answer  # the server recovered
     replies["case-timeout"] = good_answer
-    with scripted_server(rows, replies) as srv:
-        outcome = run_stage1(inp, out, srv.base_url)
-        asked = sorted(question_in(body) for endpoint, body in srv.completion_requests)
+    srv = scripted_server(case_handler(rows, replies))
+    outcome = run_stage1(inp, out, srv.base_url)
+    asked = sorted(question_in(body) for endpoint, body in srv.completion_requests)
     assert asked == sorted(r["question"] for r in rows if r["id"] in ("case-empty", "case-timeout"))
     second = records_of(out)
     assert outcome.processed == 2 and outcome.skipped == len(rows) - 2
@@ -752,27 +753,28 @@ def test_rerun_retries_only_transient_failures(tmp_path: Path) -> None:
     }
 
 
-def test_cache_makes_a_fresh_run_free(tmp_path: Path) -> None:
+def test_cache_makes_a_fresh_run_free(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     traces = load_traces()
     inp = write_jsonl(tmp_path / "traces.jsonl", traces)
     cache = tmp_path / "cache"
-    with FakeServer(by_question(traces, good_answer)) as srv:
-        run_stage1(inp, tmp_path / "a", srv.base_url, cache_dir=cache)
-        n = len(srv.completion_requests)
-        outcome = run_stage1(inp, tmp_path / "b", srv.base_url, cache_dir=cache)
-        assert n == len(traces) and len(srv.completion_requests) == n
+    srv = scripted_server(by_question(traces, good_answer))
+    run_stage1(inp, tmp_path / "a", srv.base_url, cache_dir=cache)
+    n = len(srv.completion_requests)
+    outcome = run_stage1(inp, tmp_path / "b", srv.base_url, cache_dir=cache)
+    assert n == len(traces) and len(srv.completion_requests) == n
     assert outcome.usage["this_run"]["cache_hits"] == len(traces)
     assert outcome.usage["this_run"]["prompt_tokens"] == 0  # nothing generated, nothing paid
     assert outcome.usage["prompt_tokens"] > 0  # the folder's records still say what they cost
     assert records_of(tmp_path / "a") == records_of(tmp_path / "b")
 
 
-def test_prompt_shows_numbered_lines_and_sends_temperature_zero(tmp_path: Path) -> None:
+def test_prompt_shows_numbered_lines_and_sends_temperature_zero(tmp_path: Path,
+                                                                scripted_server: ScriptedServer) -> None:
     traces = load_traces()[:1]
     inp = write_jsonl(tmp_path / "traces.jsonl", traces)
-    with FakeServer(by_question(traces, good_answer)) as srv:
-        run_stage1(inp, tmp_path / "out", srv.base_url, max_tokens=5000)
-        (_, body), = srv.completion_requests
+    srv = scripted_server(by_question(traces, good_answer))
+    run_stage1(inp, tmp_path / "out", srv.base_url, max_tokens=5000)
+    (_, body), = srv.completion_requests
     content = body["messages"][0]["content"]
     assert body["temperature"] == 0.0 and body["max_tokens"] == 5000 and body["model"] == MODEL
     assert "<Line 1> Okay, so I need to find the remainder when 2^100 + 3^100 is divided by 5. </Line 1>" in content
@@ -781,17 +783,18 @@ def test_prompt_shows_numbered_lines_and_sends_temperature_zero(tmp_path: Path) 
     assert "{question}" not in content and "{lines}" not in content
 
 
-def test_api_key_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_key_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            scripted_server: ScriptedServer) -> None:
     traces = load_traces()[:1]
     inp = write_jsonl(tmp_path / "traces.jsonl", traces)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-123")
-    with FakeServer(by_question(traces, good_answer), api_key="sk-test-123") as srv:
-        outcome = run_stage1(inp, tmp_path / "out", srv.base_url)
+    srv = scripted_server(by_question(traces, good_answer), api_key="sk-test-123")
+    outcome = run_stage1(inp, tmp_path / "out", srv.base_url)
     assert outcome.counts == {"ok": 1}
     monkeypatch.setenv("OPENAI_API_KEY", "wrong")
-    with FakeServer(by_question(traces, good_answer), api_key="sk-test-123") as srv:
-        with pytest.raises(UserError, match="OPENAI_API_KEY"):
-            run_stage1(inp, tmp_path / "out2", srv.base_url)
+    srv = scripted_server(by_question(traces, good_answer), api_key="sk-test-123")
+    with pytest.raises(UserError, match="OPENAI_API_KEY"):
+        run_stage1(inp, tmp_path / "out2", srv.base_url)
 
 
 def test_unreachable_server_is_a_user_error(tmp_path: Path) -> None:
@@ -806,15 +809,15 @@ def test_input_without_thoughts_is_a_user_error(tmp_path: Path) -> None:
         run_stage1(inp, tmp_path / "out", dead_url())
 
 
-def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], scripted_server: ScriptedServer) -> None:
     traces = load_traces()
     inp = write_jsonl(tmp_path / "traces.jsonl", traces)
     out = tmp_path / "out"
-    with FakeServer(by_question(traces, good_answer)) as srv:
-        code = cli_main([
-            "components", "--input", str(inp), "--out-dir", str(out), "--model", MODEL,
-            "--server-url", srv.base_url, "--num-workers", "2", "--range", "1:3", "--no-progress",
-        ])
+    srv = scripted_server(by_question(traces, good_answer))
+    code = cli_main([
+        "components", "--input", str(inp), "--out-dir", str(out), "--model", MODEL,
+        "--server-url", srv.base_url, "--num-workers", "2", "--range", "1:3", "--no-progress",
+    ])
     assert code == 0
     printed = capsys.readouterr().out
     assert "components: 2 items" in printed and "ok: 2" in printed and str(out) in printed
@@ -823,7 +826,8 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "does not exist" in capsys.readouterr().err
 
 
-def test_a_crash_in_one_item_is_recorded_and_the_rest_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_crash_in_one_item_is_recorded_and_the_rest_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            scripted_server: ScriptedServer) -> None:
     import sprint.curation.components as components
 
     traces = load_traces()
@@ -836,21 +840,22 @@ def test_a_crash_in_one_item_is_recorded_and_the_rest_go_on(tmp_path: Path, monk
         return real(text)
 
     monkeypatch.setattr(components, "parse_components", flaky)
-    with FakeServer(by_question(traces, good_answer)) as srv:
-        outcome = run_stage1(inp, tmp_path / "out", srv.base_url)
+    srv = scripted_server(by_question(traces, good_answer))
+    outcome = run_stage1(inp, tmp_path / "out", srv.base_url)
     records = records_of(tmp_path / "out")
     crashed = records["sum-of-divisors-36"]
     assert crashed["status"] == "crashed" and crashed["error"] == "RuntimeError: parser bug" and crashed["retryable"]
     assert set(crashed) == set(records["rectangle-area"])  # same schema as ok records
     assert outcome.counts == {"ok": 3, "crashed": 1}
     monkeypatch.setattr(components, "parse_components", real)  # the bug is fixed: a re-run redoes the item
-    with FakeServer(by_question(traces, good_answer)) as srv:
-        outcome = run_stage1(inp, tmp_path / "out", srv.base_url)
-        assert len(srv.completion_requests) == 0  # answered from the cache
+    srv = scripted_server(by_question(traces, good_answer))
+    outcome = run_stage1(inp, tmp_path / "out", srv.base_url)
+    assert len(srv.completion_requests) == 0  # answered from the cache
     assert outcome.counts == {"ok": 4} and outcome.processed == 1
 
 
-def test_auth_failure_mid_run_stops_the_run_and_keeps_finished_records(tmp_path: Path) -> None:
+def test_auth_failure_mid_run_stops_the_run_and_keeps_finished_records(tmp_path: Path,
+                                                                       scripted_server: ScriptedServer) -> None:
     traces = load_traces()
     inp = write_jsonl(tmp_path / "traces.jsonl", traces)
 
@@ -859,25 +864,25 @@ def test_auth_failure_mid_run_stops_the_run_and_keeps_finished_records(tmp_path:
             return Reply(status=401, error="key revoked")
         return good_answer(row)
 
-    with FakeServer(by_question(traces, reply)) as srv:
-        with pytest.raises(UserError, match="key revoked.*API key"):
-            run_stage1(inp, tmp_path / "out", srv.base_url, num_workers=1)
+    srv = scripted_server(by_question(traces, reply))
+    with pytest.raises(UserError, match="key revoked.*API key"):
+        run_stage1(inp, tmp_path / "out", srv.base_url, num_workers=1)
     records = records_of(tmp_path / "out")
     assert "circle-circumference" not in records and all(r["status"] == "ok" for r in records.values())
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"] == {"ok": len(records)}
 
 
-def test_cost_estimate_for_a_priced_model(tmp_path: Path) -> None:
+def test_cost_estimate_for_a_priced_model(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     traces = load_traces()
     inp = write_jsonl(tmp_path / "traces.jsonl", traces)
-    with FakeServer(by_question(traces, good_answer), models=["gpt-4o"]) as srv:
-        outcome = run_stage1(inp, tmp_path / "out", srv.base_url, model="gpt-4o")
+    srv = scripted_server(by_question(traces, good_answer), models=["gpt-4o"])
+    outcome = run_stage1(inp, tmp_path / "out", srv.base_url, model="gpt-4o")
     u = outcome.usage
     assert u["estimated_cost_usd"] == round((u["prompt_tokens"] * 2.5 + u["completion_tokens"] * 10) / 1e6, 4)
     assert "at gpt-4o prices" in outcome.summary()
 
 
-def test_strict_variable_of_the_shell_script(tmp_path: Path) -> None:
+def test_strict_variable_of_the_shell_script(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     import os
     import subprocess
     import sys
@@ -886,15 +891,15 @@ def test_strict_variable_of_the_shell_script(tmp_path: Path) -> None:
     rows = [r for r in rows if r["id"] == "case-overlap"]
     inp = write_jsonl(tmp_path / "traces.jsonl", rows)
     script = Path(__file__).resolve().parents[1] / "run_component_separation.sh"
-    with scripted_server(rows, replies) as srv:
-        for value, status in (("", "ok"), ("false", "ok"), ("true", "invalid"), ("maybe", None)):
-            out = tmp_path / f"out-{value or 'unset'}"
-            env = {**os.environ, "PYTHON": sys.executable, "DATA": str(inp), "OUT_DIR": str(out), "MODEL": MODEL,
-                   "SERVER_URL": srv.base_url, "STRICT": value}
-            proc = subprocess.run(["bash", str(script), "--no-progress"], env=env, capture_output=True, text=True)
-            if status is None:
-                assert proc.returncode == 2 and "STRICT=maybe" in proc.stderr
-                continue
-            assert proc.returncode == (0 if status == "ok" else 3), proc.stderr
-            assert records_of(out)["case-overlap"]["status"] == status
-            assert json.loads((out / "manifest.json").read_text())["config"]["strict"] is (value == "true")
+    srv = scripted_server(case_handler(rows, replies))
+    for value, status in (("", "ok"), ("false", "ok"), ("true", "invalid"), ("maybe", None)):
+        out = tmp_path / f"out-{value or 'unset'}"
+        env = {**os.environ, "PYTHON": sys.executable, "DATA": str(inp), "OUT_DIR": str(out), "MODEL": MODEL,
+               "SERVER_URL": srv.base_url, "STRICT": value}
+        proc = subprocess.run(["bash", str(script), "--no-progress"], env=env, capture_output=True, text=True)
+        if status is None:
+            assert proc.returncode == 2 and "STRICT=maybe" in proc.stderr
+            continue
+        assert proc.returncode == (0 if status == "ok" else 3), proc.stderr
+        assert records_of(out)["case-overlap"]["status"] == status
+        assert json.loads((out / "manifest.json").read_text())["config"]["strict"] is (value == "true")

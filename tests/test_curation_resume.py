@@ -15,8 +15,8 @@ from pathlib import Path
 
 import datasets
 import pytest
-from fake_server import FakeServer, Reply
-from test_components import by_question, good_answer, load_traces, question_in, records_of, run_stage1, write_jsonl
+from tests.fake_server import FakeServer, Reply, ScriptedServer
+from tests.test_components import by_question, good_answer, load_traces, question_in, records_of, run_stage1, write_jsonl
 
 from sprint.curation.components import separate_components
 from sprint.curation.dag import create_dag
@@ -70,35 +70,36 @@ def stage_input(stage: str, tmp_path: Path, rows: list[dict]) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", ["components", "dag"])
-def test_killed_stage_resumes_without_redoing_or_duplicating(tmp_path: Path, stage: str) -> None:
+def test_killed_stage_resumes_without_redoing_or_duplicating(tmp_path: Path, stage: str,
+                                                             scripted_server: ScriptedServer) -> None:
     rows = many_rows()
     inp = stage_input(stage, tmp_path, rows)
     out = tmp_path / "out"
     records = out / "records.jsonl"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
-    with FakeServer(by_question(rows, answer_for(stage))) as srv:
-        log = open(tmp_path / "first.log", "w")
-        proc = subprocess.Popen(command(stage, inp, out, srv.base_url), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while len(complete_lines(records)) < 4:
-            assert proc.poll() is None, (tmp_path / "first.log").read_text()
-            assert time.monotonic() < deadline, "the stage wrote no records in 60 s"
-            time.sleep(0.05)
-        proc.kill()  # SIGKILL: no cleanup, no manifest update, maybe a half-written line
-        proc.wait()
-        log.close()
-        assert proc.returncode == -9
-        finished = {r["id"] for r in complete_lines(records)}
-        assert 4 <= len(finished) < len(rows)
-        asked_before = len(srv.completion_requests)
-        with open(records, "ab") as f:  # the worst a kill can leave: half a record
-            f.write(b'{"id": "' + sorted(finished)[0].encode() + b'", "status": "o')
+    srv = scripted_server(by_question(rows, answer_for(stage)))
+    log = open(tmp_path / "first.log", "w")
+    proc = subprocess.Popen(command(stage, inp, out, srv.base_url), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while len(complete_lines(records)) < 4:
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.monotonic() < deadline, "the stage wrote no records in 60 s"
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL: no cleanup, no manifest update, maybe a half-written line
+    proc.wait()
+    log.close()
+    assert proc.returncode == -9
+    finished = {r["id"] for r in complete_lines(records)}
+    assert 4 <= len(finished) < len(rows)
+    asked_before = len(srv.completion_requests)
+    with open(records, "ab") as f:  # the worst a kill can leave: half a record
+        f.write(b'{"id": "' + sorted(finished)[0].encode() + b'", "status": "o')
 
-        again = command(stage, inp, out, srv.base_url)
-        second = subprocess.run(again, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-        assert second.returncode == 0, second.stderr
-        asked_again = [question_in(body) for _, body in srv.completion_requests[asked_before:]]
+    again = command(stage, inp, out, srv.base_url)
+    second = subprocess.run(again, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    asked_again = [question_in(body) for _, body in srv.completion_requests[asked_before:]]
 
     by_id = {r["id"]: r for r in rows}
     assert not {by_id[i]["question"] for i in finished} & set(asked_again), "finished items were asked again"
@@ -112,8 +113,8 @@ def test_killed_stage_resumes_without_redoing_or_duplicating(tmp_path: Path, sta
 
     reference = tmp_path / "reference"  # an uninterrupted run (in-process and without delays, to save time)
     run = separate_components if stage == "components" else create_dag
-    with FakeServer(by_question(rows, lambda row: answer_for(stage)(row).text)) as srv:
-        run(str(inp), reference, model=MODEL, server_url=srv.base_url, num_workers=4, progress=False)
+    srv = scripted_server(by_question(rows, lambda row: answer_for(stage)(row).text))
+    run(str(inp), reference, model=MODEL, server_url=srv.base_url, num_workers=4, progress=False)
     assert resumed == records_of(reference)
 
     manifest = json.loads((out / "manifest.json").read_text())

@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 import datasets
 import pytest
-from fake_server import FakeServer, Reply
-from test_components import (
+from tests.fake_server import FakeServer, Reply, ScriptedServer
+from tests.test_components import (
     FIXTURE_OK,
     SERVER_CASES,
     by_question,
@@ -185,17 +185,18 @@ def run_stage2(inp: Path, out: Path, url: str, **kw: Any):
     return create_dag(str(inp), out, **settings)
 
 
-def test_stage_records_every_item_with_a_clear_status(tmp_path: Path, stage1_dir: tuple[Path, list[dict]]) -> None:
+def test_stage_records_every_item_with_a_clear_status(tmp_path: Path, stage1_dir: tuple[Path, list[dict]],
+                                                      scripted_server: ScriptedServer) -> None:
     components_dir, rows = stage1_dir
     cases = dag_cases()
     replies = {f"case-{name}": fn for name, fn in cases.items()}
     out = tmp_path / "dag"
     handler = by_question(rows, lambda row: replies.get(row["id"], lambda r: r["scripted_dag"])(row))
-    with FakeServer(handler) as srv:
-        outcome = run_stage2(components_dir, out, srv.base_url)
-        asked = {question_in(body) for _, body in srv.completion_requests}
-        first_prompt = next(b for _, b in srv.completion_requests if "[forward-edge]" in question_in(b))
-        assert not srv.errors
+    srv = scripted_server(handler)
+    outcome = run_stage2(components_dir, out, srv.base_url)
+    asked = {question_in(body) for _, body in srv.completion_requests}
+    first_prompt = next(b for _, b in srv.completion_requests if "[forward-edge]" in question_in(b))
+    assert not srv.errors
     records = records_of(out)
     assert set(records) == set(EXPECTED)  # stage 1's failure is not carried into stage 2
     for item_id, (status, message) in EXPECTED.items():
@@ -232,17 +233,18 @@ def test_stage_records_every_item_with_a_clear_status(tmp_path: Path, stage1_dir
     assert all(dag_from_json(r["dag"])[1] == [] for r in ok)
 
 
-def test_rerun_retries_only_transient_failures(tmp_path: Path, stage1_dir: tuple[Path, list[dict]]) -> None:
+def test_rerun_retries_only_transient_failures(tmp_path: Path, stage1_dir: tuple[Path, list[dict]],
+                                               scripted_server: ScriptedServer) -> None:
     components_dir, rows = stage1_dir
     replies = {f"case-{name}": fn for name, fn in dag_cases().items()}
     out = tmp_path / "dag"
     handler = by_question(rows, lambda row: replies.get(row["id"], lambda r: r["scripted_dag"])(row))
-    with FakeServer(handler) as srv:
-        run_stage2(components_dir, out, srv.base_url)
+    srv = scripted_server(handler)
+    run_stage2(components_dir, out, srv.base_url)
     replies["case-empty"] = replies["case-timeout"] = lambda r: FIVE_OK
-    with FakeServer(handler) as srv:
-        outcome = run_stage2(components_dir, out, srv.base_url)
-        asked = sorted(question_in(b).rsplit(" ", 1)[-1] for _, b in srv.completion_requests)
+    srv = scripted_server(handler)
+    outcome = run_stage2(components_dir, out, srv.base_url)
+    asked = sorted(question_in(b).rsplit(" ", 1)[-1] for _, b in srv.completion_requests)
     assert asked == ["[empty]", "[timeout]"] and outcome.processed == 2
     records = records_of(out)
     assert records["case-empty"]["status"] == records["case-timeout"]["status"] == "ok"
@@ -254,14 +256,15 @@ def test_input_must_be_a_components_folder(tmp_path: Path) -> None:
         run_stage2(inp, tmp_path / "dag", "http://127.0.0.1:9/v1")
 
 
-def test_cli(tmp_path: Path, stage1_dir: tuple[Path, list[dict]], capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli(tmp_path: Path, stage1_dir: tuple[Path, list[dict]], capsys: pytest.CaptureFixture[str],
+             scripted_server: ScriptedServer) -> None:
     components_dir, rows = stage1_dir
     out = tmp_path / "dag"
-    with FakeServer(by_question(rows, lambda r: r["scripted_dag"])) as srv:
-        code = cli_main([
-            "dag", "--input", str(components_dir), "--out-dir", str(out), "--model", MODEL,
-            "--server-url", srv.base_url, "--range", "0:4", "--no-progress",
-        ])
+    srv = scripted_server(by_question(rows, lambda r: r["scripted_dag"]))
+    code = cli_main([
+        "dag", "--input", str(components_dir), "--out-dir", str(out), "--model", MODEL,
+        "--server-url", srv.base_url, "--range", "0:4", "--no-progress",
+    ])
     assert code == 0
     printed = capsys.readouterr().out
     assert "dag: 4 items" in printed and "ok: 4" in printed

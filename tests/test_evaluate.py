@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import threading
 from pathlib import Path
@@ -12,10 +13,11 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from sprint import cli
 from sprint.core.errors import UserError
-from sprint.evaluation.evaluate import _splits_at_lines, batch_counts, evaluate
+from sprint.evaluation.evaluate import evaluate
 from sprint.evaluation.metrics import mcnemar_exact
 from sprint.evaluation.report import load_metrics, render_markdown
-from sprint.evaluation.runs import load_run
+from sprint.evaluation.runs import _input_files, load_run, run_fingerprint
+from sprint.format.tokencount import batch_counts, splits_at_lines
 from sprint.format.trajectory import load_tokenizer, token_counter
 
 FAST = {"resamples": 100, "workers": 1, "plots": False}
@@ -173,10 +175,10 @@ def test_batch_counts_on_adversarial_strings(tok_dir: Path) -> None:
 
 
 def test_line_splitting_only_for_known_tokenizers(tok_dir: Path) -> None:
-    assert _splits_at_lines(load_tokenizer(str(tok_dir)))
+    assert splits_at_lines(json.loads(load_tokenizer(str(tok_dir)).to_str()))
     other = Tokenizer(models.BPE())
     other.pre_tokenizer = pre_tokenizers.Whitespace()
-    assert not _splits_at_lines(other)
+    assert not splits_at_lines(json.loads(other.to_str()))
 
 
 # --------------------------------------------------------------------------- failures, stored fields
@@ -431,7 +433,7 @@ def test_reads_the_folders_orchestration_writes(tmp_path: Path, tok_dir: Path) -
     """The real producer: `orchestrate` and `baseline` against the scripted server, then evaluate."""
     import re
 
-    from fake_server import FakeServer
+    from tests.fake_server import FakeServer
     from sprint.inference.baseline import BaselineConfig, baseline
     from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 
@@ -496,6 +498,32 @@ def test_countdown_task_from_the_manifest(tmp_path: Path, tok_dir: Path) -> None
 
 
 # --------------------------------------------------------------------------- manifest, warnings
+
+
+def test_fingerprint_of_the_bytes_loaded_equals_the_files_on_disk(tmp_path: Path) -> None:
+    """`load_run` hashes what it parses as it reads it (each file read once); the fingerprint is the
+    one a fresh read of the files gives, in every layout, and the texts are what `read_text` gives."""
+    run = write_run(tmp_path / "run", [sprint_record("a", TRAJECTORY), sprint_record("b", None, status="timeout")])
+    (run / "trajectories").mkdir()
+    (run / "trajectories" / "a.txt").write_text(TRAJECTORY + "\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "planner_trajectory_1.txt").write_bytes(TRAJECTORY.replace("\n", "\r\n").encode())  # Windows lines
+    (logs / "base_model_trajectory_1.txt").write_bytes(b"old Mac\rlines \\boxed{14}")
+    nested = tmp_path / "nested"
+    (nested / "trajectories").mkdir(parents=True)
+    (nested / "trajectories" / "7.txt").write_text(TRAJECTORY)
+    for arg in (run, run / "records.jsonl", logs, nested):
+        loaded = load_run(arg)
+        root, files = _input_files(Path(arg))
+        digest = hashlib.sha256(b"".join(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0"
+                                         for f in files)).hexdigest()[:16]  # the manifest's format, from disk
+        fresh = {"path": str(arg), "files": len(files), "fingerprint": digest}
+        assert run_fingerprint(arg, loaded) == run_fingerprint(arg) == fresh and files, arg
+        assert all(r.files is loaded[0].files for r in loaded)  # one folder's runs share one read
+    texts = {r.mode: r.problems[0].text for r in load_run(logs)}
+    assert texts["sprint"] == (logs / "planner_trajectory_1.txt").read_text(encoding="utf-8") == TRAJECTORY
+    assert texts["baseline"] == "old Mac\nlines \\boxed{14}"
 
 
 def test_manifest_records_config_versions_and_what_was_read(tmp_path: Path, tok_dir: Path) -> None:

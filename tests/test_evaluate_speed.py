@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 from sprint.evaluation import evaluate as E
+from sprint.evaluation import grader
 from sprint.core.records import RunDir
 from sprint.format.tokencount import load_counter
 from sprint.format.trajectory import Execution, Phase, Trajectory, count_tokens, parse, render_prompt, token_counter
@@ -50,16 +51,16 @@ def _runs(folder: Path, shared_data: Path, n: int) -> tuple[Path, Path]:
 def test_process_grading_and_fast_counting_equal_the_plain_path(tmp_path: Path, shared_data: Path, monkeypatch) -> None:
     tok = str(shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b")
     assert load_counter(tok).engine == "tiktoken"
-    sprint_dir, base_dir = _runs(tmp_path, shared_data, E.GRADING_PROCESS_MIN // 2 + 10)
+    sprint_dir, base_dir = _runs(tmp_path, shared_data, grader.GRADING_PROCESS_MIN // 2 + 10)
     started = []
-    real_start = E.GradingProcess.start.__func__
+    real_start = grader.GradingProcess.start.__func__
 
     def spy(cls, problems, workers):
         got = real_start(cls, problems, workers)
         started.append(got is not None)
         return got
 
-    monkeypatch.setattr(E.GradingProcess, "start", classmethod(spy))
+    monkeypatch.setattr(grader.GradingProcess, "start", classmethod(spy))
     fast = E.evaluate(sprint_dir, base_dir, planner_tokenizer=tok, write=False, resamples=0)
     slow = E.evaluate(sprint_dir, base_dir, planner_tokenizer=tok, write=False, resamples=0, workers=0)
     assert started == [True, False]  # a grading process for the first, a thread for the second

@@ -13,10 +13,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer, Reply
-from test_components import good_answer, load_traces, question_in, write_jsonl
-from test_reliability import problems_file, solver
-from test_resume_all import TOKENIZER_DIR, cli_env, shared_data, sprint_run
+from tests.fake_server import Reply, ScriptedServer
+from tests.test_components import good_answer, load_traces, question_in, write_jsonl
+from tests.test_reliability import problems_file, solver
+from tests.test_resume_all import TOKENIZER_DIR, cli_env, shared_data, sprint_run
 
 from sprint.cli import main as cli_main
 from sprint.core.errors import EXIT_ITEMS_FAILED, EXIT_OK, EXIT_USER
@@ -56,24 +56,25 @@ def llm_flags(url: str, model: str = MODEL) -> list[str]:
 # components and dag
 
 
-def test_components_rc_by_outcome(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_components_rc_by_outcome(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  scripted_server: ScriptedServer) -> None:
     rows = load_traces()
     traces = str(write_jsonl(tmp_path / "traces.jsonl", rows))
     first, second = rows[0]["question"].strip(), rows[1]["question"].strip()
-    with FakeServer(curation_answer(rows)) as srv:
-        assert cli_main(["components", "-i", traces, "-o", str(tmp_path / "ok"), *llm_flags(srv.base_url)]) == EXIT_OK
+    srv = scripted_server(curation_answer(rows))
+    assert cli_main(["components", "-i", traces, "-o", str(tmp_path / "ok"), *llm_flags(srv.base_url)]) == EXIT_OK
     capsys.readouterr()
-    with FakeServer(curation_answer(rows, bad={first}, down={second})) as srv:
-        cmd = ["components", "-i", traces, "-o", str(tmp_path / "some"), *llm_flags(srv.base_url)]
-        assert cli_main(cmd) == EXIT_ITEMS_FAILED
+    srv = scripted_server(curation_answer(rows, bad={first}, down={second}))
+    cmd = ["components", "-i", traces, "-o", str(tmp_path / "some"), *llm_flags(srv.base_url)]
+    assert cli_main(cmd) == EXIT_ITEMS_FAILED
     err = capsys.readouterr().err
     assert "2 items failed" in err and "llm_server_error: 1" in err and "unparseable: 1" in err
     assert "1 of them failed transiently; retry them with: sprint components -i" in err
     assert "1 failed for good" in err
-    with FakeServer(curation_answer(rows, bad={first})) as srv:  # the server is back: the retry redoes one item
-        cmd = ["components", "-i", traces, "-o", str(tmp_path / "some"), *llm_flags(srv.base_url)]
-        assert cli_main(cmd) == EXIT_ITEMS_FAILED  # the unparseable answer stays
-        assert [endpoint for endpoint, _ in srv.requests].count("chat") == 1
+    srv = scripted_server(curation_answer(rows, bad={first}))  # the server is back: the retry redoes one item
+    cmd = ["components", "-i", traces, "-o", str(tmp_path / "some"), *llm_flags(srv.base_url)]
+    assert cli_main(cmd) == EXIT_ITEMS_FAILED  # the unparseable answer stays
+    assert [endpoint for endpoint, _ in srv.requests].count("chat") == 1
     records = [json.loads(x) for x in (tmp_path / "some" / "records.jsonl").read_text().splitlines()]
     assert len(records) == len(rows) and sum(r["status"] != "ok" for r in records) == 1
     capsys.readouterr()
@@ -82,15 +83,15 @@ def test_components_rc_by_outcome(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert not (tmp_path / "bad").exists()
 
 
-def test_dag_rc_by_outcome(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dag_rc_by_outcome(tmp_path: Path, capsys: pytest.CaptureFixture[str], scripted_server: ScriptedServer) -> None:
     rows = load_traces()
     traces = str(write_jsonl(tmp_path / "traces.jsonl", rows))
-    with FakeServer(curation_answer(rows)) as srv:
-        assert cli_main(["components", "-i", traces, "-o", str(tmp_path / "c"), *llm_flags(srv.base_url)]) == EXIT_OK
-        assert cli_main(["dag", "-i", str(tmp_path / "c"), "-o", str(tmp_path / "d"), *llm_flags(srv.base_url)]) == EXIT_OK
-    with FakeServer(curation_answer(rows, bad={rows[0]["question"].strip()})) as srv:
-        cmd = ["dag", "-i", str(tmp_path / "c"), "-o", str(tmp_path / "d2"), *llm_flags(srv.base_url)]
-        assert cli_main(cmd) == EXIT_ITEMS_FAILED
+    srv = scripted_server(curation_answer(rows))
+    assert cli_main(["components", "-i", traces, "-o", str(tmp_path / "c"), *llm_flags(srv.base_url)]) == EXIT_OK
+    assert cli_main(["dag", "-i", str(tmp_path / "c"), "-o", str(tmp_path / "d"), *llm_flags(srv.base_url)]) == EXIT_OK
+    srv = scripted_server(curation_answer(rows, bad={rows[0]["question"].strip()}))
+    cmd = ["dag", "-i", str(tmp_path / "c"), "-o", str(tmp_path / "d2"), *llm_flags(srv.base_url)]
+    assert cli_main(cmd) == EXIT_ITEMS_FAILED
     assert "1 item failed (unparseable: 1)" in capsys.readouterr().err
     assert cli_main(["dag", "-i", str(tmp_path / "nope"), "-o", str(tmp_path / "d3")]) == EXIT_USER
     one_line_error(capsys.readouterr().err)
@@ -98,7 +99,7 @@ def test_dag_rc_by_outcome(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 @pytest.mark.parametrize("stage", ["components", "orchestrate", "baseline"])
 def test_a_typo_in_the_model_then_the_corrected_command_runs_without_overwrite(
-    tmp_path: Path, stage: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, stage: str, capsys: pytest.CaptureFixture[str], scripted_server: ScriptedServer
 ) -> None:
     out = tmp_path / "out"
     if stage == "components":
@@ -117,25 +118,25 @@ def test_a_typo_in_the_model_then_the_corrected_command_runs_without_overwrite(
             return [stage, flag, model, url_flag, url, "--data", data, "--out-dir", str(out), "--prompt-mode", "raw",
                     "--no-progress", *extra]
 
-    with FakeServer(handler) as srv:
-        assert cli_main(command("test-modle", srv.base_url)) == EXIT_USER
-        err = one_line_error(capsys.readouterr().err)
-        assert "test-modle" in err and "not served" in err
-        assert not out.exists() or not any(out.iterdir())  # nothing that blocks the corrected command
-        assert cli_main(command(MODEL, srv.base_url)) == EXIT_OK
+    srv = scripted_server(handler)
+    assert cli_main(command("test-modle", srv.base_url)) == EXIT_USER
+    err = one_line_error(capsys.readouterr().err)
+    assert "test-modle" in err and "not served" in err
+    assert not out.exists() or not any(out.iterdir())  # nothing that blocks the corrected command
+    assert cli_main(command(MODEL, srv.base_url)) == EXIT_OK
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"].get("model", manifest["config"].get("planner_model")) == MODEL
 
 
-def test_a_folder_holding_only_a_manifest_is_no_conflict(tmp_path: Path) -> None:
+def test_a_folder_holding_only_a_manifest_is_no_conflict(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     """What older versions left after a failed start (a manifest, no record) does not block a new run."""
     rows = load_traces()
     traces = str(write_jsonl(tmp_path / "traces.jsonl", rows))
     out = tmp_path / "c"
     out.mkdir()
     (out / "manifest.json").write_text(json.dumps({"stage": "components", "identity": {"model": "test-modle"}}))
-    with FakeServer(curation_answer(rows)) as srv:
-        assert cli_main(["components", "-i", traces, "-o", str(out), *llm_flags(srv.base_url)]) == EXIT_OK
+    srv = scripted_server(curation_answer(rows))
+    assert cli_main(["components", "-i", traces, "-o", str(out), *llm_flags(srv.base_url)]) == EXIT_OK
     assert json.loads((out / "manifest.json").read_text())["config"]["model"] == MODEL
 
 
@@ -197,7 +198,8 @@ def failing_solver(fail: set[int]):
 
 
 @pytest.mark.parametrize("stage", ["orchestrate", "baseline"])
-def test_inference_rc_by_outcome(tmp_path: Path, stage: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inference_rc_by_outcome(tmp_path: Path, stage: str, capsys: pytest.CaptureFixture[str],
+                                 scripted_server: ScriptedServer) -> None:
     data = problems_file(tmp_path, 4)
 
     def command(url: str, out: str) -> list[str]:
@@ -206,16 +208,16 @@ def test_inference_rc_by_outcome(tmp_path: Path, stage: str, capsys: pytest.Capt
         return [stage, *model, "--data", data, "--out-dir", str(tmp_path / out), "--prompt-mode", "raw",
                 "--no-progress", "--max-retries", "0", "--problem-retries", "0"]
 
-    with FakeServer(solver) as srv:
-        assert cli_main(command(srv.base_url, "ok")) == EXIT_OK
+    srv = scripted_server(solver)
+    assert cli_main(command(srv.base_url, "ok")) == EXIT_OK
     capsys.readouterr()
-    with FakeServer(failing_solver({1, 2})) as srv:
-        assert cli_main(command(srv.base_url, "some")) == EXIT_ITEMS_FAILED
+    srv = scripted_server(failing_solver({1, 2}))
+    assert cli_main(command(srv.base_url, "some")) == EXIT_ITEMS_FAILED
     captured = capsys.readouterr()
     assert "(2 errors)" in captured.out
     assert "2 problems failed (server_error: 2)" in captured.err and f"retry them with: sprint {stage} " in captured.err
-    with FakeServer(solver) as srv:  # the retry command finishes the run
-        assert cli_main(command(srv.base_url, "some")) == EXIT_OK
+    srv = scripted_server(solver)  # the retry command finishes the run
+    assert cli_main(command(srv.base_url, "some")) == EXIT_OK
     records = [json.loads(x) for x in (tmp_path / "some" / "records.jsonl").read_text().splitlines()]
     assert len(records) == 4 and all(r["status"] == "ok" for r in records)
     capsys.readouterr()
@@ -267,19 +269,19 @@ def run_script(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
-def test_shell_scripts_pass_the_exit_code_through(tmp_path: Path) -> None:
+def test_shell_scripts_pass_the_exit_code_through(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     rows = load_traces()
     traces = str(write_jsonl(tmp_path / "traces.jsonl", rows))
     for script in ("run_component_separation.sh", "run_dag_creation.sh", "run_finetuning_data_preparation.sh",
                    "run_agent_orchestration.sh", "run_baseline_evaluation.sh"):
         assert "\nexec " in (REPO / script).read_text(), f"{script} must exec the CLI so its exit code passes through"
-    with FakeServer(curation_answer(rows, bad={rows[0]["question"].strip()})) as srv:
-        env = {"DATA": traces, "OUT_DIR": str(tmp_path / "c"), "MODEL": MODEL, "SERVER_URL": srv.base_url,
-               "NUM_WORKERS": "2"}
-        assert run_script("run_component_separation.sh", env).returncode == EXIT_ITEMS_FAILED
-    with FakeServer(curation_answer(rows)) as srv:
-        env = {"DATA": traces, "OUT_DIR": str(tmp_path / "c2"), "MODEL": MODEL, "SERVER_URL": srv.base_url}
-        assert run_script("run_component_separation.sh", env).returncode == EXIT_OK
+    srv = scripted_server(curation_answer(rows, bad={rows[0]["question"].strip()}))
+    env = {"DATA": traces, "OUT_DIR": str(tmp_path / "c"), "MODEL": MODEL, "SERVER_URL": srv.base_url,
+           "NUM_WORKERS": "2"}
+    assert run_script("run_component_separation.sh", env).returncode == EXIT_ITEMS_FAILED
+    srv = scripted_server(curation_answer(rows))
+    env = {"DATA": traces, "OUT_DIR": str(tmp_path / "c2"), "MODEL": MODEL, "SERVER_URL": srv.base_url}
+    assert run_script("run_component_separation.sh", env).returncode == EXIT_OK
     proc = run_script("run_finetuning_data_preparation.sh",
                       {"DATA": pack_input(tmp_path, broken=False), "OUT_DIR": str(tmp_path / "p"), "MAX_PHASES": "0"})
     assert proc.returncode == EXIT_USER and one_line_error(proc.stderr)
@@ -287,26 +289,27 @@ def test_shell_scripts_pass_the_exit_code_through(tmp_path: Path) -> None:
                       {"DATA": pack_input(tmp_path, broken=True), "OUT_DIR": str(tmp_path / "p")})
     assert proc.returncode == EXIT_ITEMS_FAILED, proc.stderr
     data = problems_file(tmp_path, 3)
-    with FakeServer(failing_solver({0})) as srv:
-        env = {"PLANNER_MODEL": MODEL, "PLANNER_SERVER_URL": srv.base_url, "TEST_DATA": data, "PROMPT_MODE": "raw",
-               "OUT_DIR": str(tmp_path / "o")}
-        proc = run_script("run_agent_orchestration.sh", env)
-        assert proc.returncode == EXIT_ITEMS_FAILED, proc.stderr[-2000:]
-        env = {"MODEL": MODEL, "SERVER_URL": srv.base_url, "TEST_DATA": data, "PROMPT_MODE": "raw", "MAX_TOKENS": "50",
-               "OUT_DIR": str(tmp_path / "b")}
-        proc = run_script("run_baseline_evaluation.sh", env)
-        assert proc.returncode == EXIT_ITEMS_FAILED, proc.stderr[-2000:]
-    with FakeServer(solver) as srv:
-        env = {"PLANNER_MODEL": MODEL, "PLANNER_SERVER_URL": srv.base_url, "TEST_DATA": data, "PROMPT_MODE": "raw",
-               "OUT_DIR": str(tmp_path / "o")}
-        assert run_script("run_agent_orchestration.sh", env).returncode == EXIT_OK
-        env["PLANNER_MODEL"] = "test-modle"
-        env["OUT_DIR"] = str(tmp_path / "o2")
-        proc = run_script("run_agent_orchestration.sh", env)
-        assert proc.returncode == EXIT_USER and "not served" in one_line_error(proc.stderr.splitlines()[-1])
+    srv = scripted_server(failing_solver({0}))
+    env = {"PLANNER_MODEL": MODEL, "PLANNER_SERVER_URL": srv.base_url, "TEST_DATA": data, "PROMPT_MODE": "raw",
+           "OUT_DIR": str(tmp_path / "o")}
+    proc = run_script("run_agent_orchestration.sh", env)
+    assert proc.returncode == EXIT_ITEMS_FAILED, proc.stderr[-2000:]
+    env = {"MODEL": MODEL, "SERVER_URL": srv.base_url, "TEST_DATA": data, "PROMPT_MODE": "raw", "MAX_TOKENS": "50",
+           "OUT_DIR": str(tmp_path / "b")}
+    proc = run_script("run_baseline_evaluation.sh", env)
+    assert proc.returncode == EXIT_ITEMS_FAILED, proc.stderr[-2000:]
+    srv = scripted_server(solver)
+    env = {"PLANNER_MODEL": MODEL, "PLANNER_SERVER_URL": srv.base_url, "TEST_DATA": data, "PROMPT_MODE": "raw",
+           "OUT_DIR": str(tmp_path / "o")}
+    assert run_script("run_agent_orchestration.sh", env).returncode == EXIT_OK
+    env["PLANNER_MODEL"] = "test-modle"
+    env["OUT_DIR"] = str(tmp_path / "o2")
+    proc = run_script("run_agent_orchestration.sh", env)
+    assert proc.returncode == EXIT_USER and "not served" in one_line_error(proc.stderr.splitlines()[-1])
 
 
-def test_no_server_answering(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_server_answering(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                             scripted_server: ScriptedServer) -> None:
     """With the start check: exit 2 and nothing left behind. Without it (--no-check): the breaker ends the
     run in seconds with exit 4 instead of trying every item in full (before: exit 0, `llm_connection: 8`)."""
     import time
@@ -331,6 +334,6 @@ def test_no_server_answering(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert took < 10, took
     records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     assert records and all(r["status"] == "llm_connection" and r["retryable"] for r in records)
-    with FakeServer(curation_answer(rows)) as srv:  # the server is up: the same folder completes
-        assert cli_main([a if a != dead else srv.base_url for a in cmd]) == EXIT_OK
+    srv = scripted_server(curation_answer(rows))  # the server is up: the same folder completes
+    assert cli_main([a if a != dead else srv.base_url for a in cmd]) == EXIT_OK
     assert len((out / "records.jsonl").read_text().splitlines()) == len(rows)

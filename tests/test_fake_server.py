@@ -8,7 +8,7 @@ import threading
 from collections import Counter
 
 import pytest
-from fake_server import FakeServer, Reply, scripted
+from tests.fake_server import FakeServer, Reply, scripted
 
 from sprint.timing import faults
 from sprint.core.errors import UserError
@@ -42,19 +42,19 @@ def test_word_pieces_join_back_and_count_words():
     assert len(pieces) == 4 == Splitter().count(text)
 
 
-def test_models_lists_configured_names():
-    with FakeServer(models=["m1", "m2"]) as srv:
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
-        conn.request("GET", "/v1/models")
-        body = json.loads(conn.getresponse().read())
-        conn.close()
+def test_models_lists_configured_names(scripted_server):
+    srv = scripted_server(models=["m1", "m2"])
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
+    conn.request("GET", "/v1/models")
+    body = json.loads(conn.getresponse().read())
+    conn.close()
     assert [m["id"] for m in body["data"]] == ["m1", "m2"]
     assert srv.requests == [("models", {})]
 
 
-def test_completion_usage_and_recorded_request():
-    with FakeServer(lambda req, ep: "four five six") as srv:
-        status, body = completion(srv, max_tokens=10)
+def test_completion_usage_and_recorded_request(scripted_server):
+    srv = scripted_server(lambda req, ep: "four five six")
+    status, body = completion(srv, max_tokens=10)
     assert status == 200
     choice = body["choices"][0]
     assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == ("four five six", "stop", None)
@@ -62,9 +62,9 @@ def test_completion_usage_and_recorded_request():
     assert srv.requests == [("completions", {"model": "test-model", "prompt": "a b c", "max_tokens": 10})]
 
 
-def test_stop_cuts_at_earliest_stop_string_and_names_it():
-    with FakeServer(lambda req, ep: "step one END step two STOP three") as srv:
-        _, body = completion(srv, max_tokens=50, stop=["STOP", "END"])
+def test_stop_cuts_at_earliest_stop_string_and_names_it(scripted_server):
+    srv = scripted_server(lambda req, ep: "step one END step two STOP three")
+    _, body = completion(srv, max_tokens=50, stop=["STOP", "END"])
     choice = body["choices"][0]
     assert choice["text"] == "step one "
     assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", "END")
@@ -72,51 +72,51 @@ def test_stop_cuts_at_earliest_stop_string_and_names_it():
     assert body["usage"]["completion_tokens"] == 3
 
 
-def test_max_tokens_truncates_and_defaults_to_16_on_completions():
+def test_max_tokens_truncates_and_defaults_to_16_on_completions(scripted_server):
     text = " ".join(f"w{i}" for i in range(40))
-    with FakeServer(lambda req, ep: text) as srv:
-        _, limited = completion(srv, max_tokens=5)
-        _, default = completion(srv)
+    srv = scripted_server(lambda req, ep: text)
+    _, limited = completion(srv, max_tokens=5)
+    _, default = completion(srv)
     assert limited["choices"][0]["text"] == "w0 w1 w2 w3 w4"
     assert limited["choices"][0]["finish_reason"] == "length"
     assert limited["usage"]["completion_tokens"] == 5
     assert default["usage"]["completion_tokens"] == 16
 
 
-def test_more_than_four_stop_strings_is_http_400():
-    with FakeServer() as srv:
-        status, body = completion(srv, max_tokens=5, stop=["a", "b", "c", "d", "e"])
+def test_more_than_four_stop_strings_is_http_400(scripted_server):
+    srv = scripted_server()
+    status, body = completion(srv, max_tokens=5, stop=["a", "b", "c", "d", "e"])
     assert status == 400
     assert "stop" in body["error"]["message"]
 
 
-def test_unknown_model_is_404():
-    with FakeServer() as srv:
-        status, body = completion(srv, model="other", max_tokens=5)
+def test_unknown_model_is_404(scripted_server):
+    srv = scripted_server()
+    status, body = completion(srv, model="other", max_tokens=5)
     assert status == 404
     assert "other" in body["error"]["message"]
 
 
-def test_chat_endpoint_counts_message_words():
-    with FakeServer(lambda req, ep: f"endpoint {ep}") as srv:
-        status, _, raw = post(
-            srv,
-            "/v1/chat/completions",
-            {"model": "test-model", "messages": [{"role": "user", "content": "one two three"}], "max_tokens": 9},
-        )
+def test_chat_endpoint_counts_message_words(scripted_server):
+    srv = scripted_server(lambda req, ep: f"endpoint {ep}")
+    status, _, raw = post(
+        srv,
+        "/v1/chat/completions",
+        {"model": "test-model", "messages": [{"role": "user", "content": "one two three"}], "max_tokens": 9},
+    )
     body = json.loads(raw)
     assert status == 200
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "endpoint chat"}
     assert body["usage"]["prompt_tokens"] == 3
 
 
-def test_streaming_sends_chunks_finish_usage_and_done():
-    with FakeServer(lambda req, ep: "alpha beta gamma delta") as srv:
-        status, headers, raw = post(
-            srv,
-            "/v1/completions",
-            {"model": "test-model", "prompt": "x", "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}},
-        )
+def test_streaming_sends_chunks_finish_usage_and_done(scripted_server):
+    srv = scripted_server(lambda req, ep: "alpha beta gamma delta")
+    status, headers, raw = post(
+        srv,
+        "/v1/completions",
+        {"model": "test-model", "prompt": "x", "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}},
+    )
     events = sse_events(raw)
     assert status == 200 and headers["Content-Type"] == "text/event-stream"
     assert events[-1] == "[DONE]"
@@ -128,46 +128,46 @@ def test_streaming_sends_chunks_finish_usage_and_done():
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 3
 
 
-def test_dropped_stream_has_no_finish_and_no_done():
-    with FakeServer(scripted(Reply(text="one two three four five six", drop_stream_after=8))) as srv:
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
-        body = {"model": "test-model", "prompt": "x", "max_tokens": 50, "stream": True}
-        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        with pytest.raises(http.client.IncompleteRead) as info:
-            resp.read()
-        conn.close()
+def test_dropped_stream_has_no_finish_and_no_done(scripted_server):
+    srv = scripted_server(scripted(Reply(text="one two three four five six", drop_stream_after=8)))
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
+    body = {"model": "test-model", "prompt": "x", "max_tokens": 50, "stream": True}
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    with pytest.raises(http.client.IncompleteRead) as info:
+        resp.read()
+    conn.close()
     events = sse_events(info.value.partial)
     assert "[DONE]" not in events
     assert all(json.loads(e)["choices"][0]["finish_reason"] is None for e in events)
     assert "".join(json.loads(e)["choices"][0]["text"] for e in events) == "one two three"
 
 
-def test_reset_closes_without_a_response():
-    with FakeServer(scripted(Reply(reset=True), "fine")) as srv:
-        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
-            completion(srv, max_tokens=5)
-        status, body = completion(srv, max_tokens=5)
+def test_reset_closes_without_a_response(scripted_server):
+    srv = scripted_server(scripted(Reply(reset=True), "fine"))
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+        completion(srv, max_tokens=5)
+    status, body = completion(srv, max_tokens=5)
     assert status == 200 and body["choices"][0]["text"] == "fine"
 
 
-def test_scripted_status_headers_and_handler_errors():
+def test_scripted_status_headers_and_handler_errors(scripted_server):
     def broken(req, ep):
         raise RuntimeError("boom")
 
-    with FakeServer(scripted(Reply(status=429, headers={"Retry-After": "7"}, error="slow down"))) as srv:
-        status, headers, raw = post(srv, "/v1/completions", {"model": "test-model", "prompt": "x", "max_tokens": 1})
+    srv = scripted_server(scripted(Reply(status=429, headers={"Retry-After": "7"}, error="slow down")))
+    status, headers, raw = post(srv, "/v1/completions", {"model": "test-model", "prompt": "x", "max_tokens": 1})
     assert status == 429 and headers["Retry-After"] == "7"
     assert json.loads(raw)["error"]["message"] == "slow down"
-    with FakeServer(broken) as srv:
-        status, _ = completion(srv, max_tokens=5)
+    srv = scripted_server(broken)
+    status, _ = completion(srv, max_tokens=5)
     assert status == 500 and isinstance(srv.errors[0], RuntimeError)
 
 
-def test_api_key_is_enforced_when_set():
-    with FakeServer(api_key="sk-right") as srv:
-        wrong, _, _ = post(srv, "/v1/completions", {"model": "test-model", "prompt": "x", "max_tokens": 1}, {"Authorization": "Bearer sk-wrong"})
-        right, _, _ = post(srv, "/v1/completions", {"model": "test-model", "prompt": "x", "max_tokens": 1}, {"Authorization": "Bearer sk-right"})
+def test_api_key_is_enforced_when_set(scripted_server):
+    srv = scripted_server(api_key="sk-right")
+    wrong, _, _ = post(srv, "/v1/completions", {"model": "test-model", "prompt": "x", "max_tokens": 1}, {"Authorization": "Bearer sk-wrong"})
+    right, _, _ = post(srv, "/v1/completions", {"model": "test-model", "prompt": "x", "max_tokens": 1}, {"Authorization": "Bearer sk-right"})
     assert (wrong, right) == (401, 200)
 
 
@@ -216,10 +216,10 @@ def test_fault_plan_validation_and_spec_parsing():
             FaultPlan.from_spec(bad)
 
 
-def test_server_applies_fault_plan_in_request_order():
+def test_server_applies_fault_plan_in_request_order(scripted_server):
     plan = FaultPlan(rate_5xx=0.3, rate_429=0.2, rate_empty=0.1, rate_garbage=0.1, retry_after=0.25, seed=5)
-    with FakeServer(lambda req, ep: "clean answer", faults=plan) as srv:
-        results = [completion(srv, max_tokens=10) for _ in range(40)]
+    srv = scripted_server(lambda req, ep: "clean answer", faults=plan)
+    results = [completion(srv, max_tokens=10) for _ in range(40)]
     expected = [plan.decide(i) for i in range(40)]
     assert srv.faults_seen == expected
     for fault, (status, body) in zip(expected, results):

@@ -1,4 +1,4 @@
-"""Fine-tuning: the swift command line built from configs/, run_finetune.sh, and ms-swift itself.
+"""Fine-tuning: the swift command line built from sprint/configs/, run_finetune.sh, and ms-swift itself.
 
 The fast tests check what we send. The `swift` tests have ms-swift 4.6 parse the exact GPU
 command lines (a renamed or unknown flag fails here, not on a cluster) and train the tiny model
@@ -7,7 +7,6 @@ for two steps on the CPU through run_finetune.sh.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -17,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_sft_check import tokenizer_dir  # noqa: F401  (a fixture: the R1 tokenizer of the shared data)
+from tests.test_sft_check import tokenizer_dir  # noqa: F401  (a fixture: the R1 tokenizer of the shared data)
 
+from sprint.cli import build_parser
 from sprint.core.errors import UserError
 from sprint.training.finetune import (
     FinetuneOptions,
@@ -29,7 +29,6 @@ from sprint.training.finetune import (
     default_swift_bin,
     load_recipe,
     parse_with_swift,
-    register,
     run_finetune,
     swift_python,
     to_argv,
@@ -177,8 +176,7 @@ def test_to_argv_follows_ms_swift_yaml_rules():
 
 
 def test_subcommand_registers_and_dry_runs(capsys):
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
+    parser = build_parser(["finetune"])
     args = parser.parse_args(["finetune", "--train", "t.jsonl", "--val", "", "--output-dir", "o", "--tuner", "lora",
                               "--deepspeed", "none", "--dry-run", "--swift-bin", "/s/swift", "--", "--seed", "3"])
     assert args.func(args) == 0

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer
+from tests.fake_server import FakeServer, ScriptedServer
 
 from sprint.cli import main as cli_main
 from sprint.core.data import hub_problem, looks_like_path
@@ -294,11 +294,11 @@ TRACES = [
 ]
 
 
-def test_pack_refuses_another_stages_output(tmp_path: Path, capsys) -> None:
+def test_pack_refuses_another_stages_output(tmp_path: Path, capsys, scripted_server: ScriptedServer) -> None:
     inp = write_jsonl(tmp_path / "traces.jsonl", TRACES)
-    with FakeServer(_one_component) as srv:
-        cli_main(["components", "-i", str(inp), "-o", str(tmp_path / "comp"), "--model", MODEL,
-                  "--server-url", srv.base_url, "--no-progress"])
+    srv = scripted_server(_one_component)
+    cli_main(["components", "-i", str(inp), "-o", str(tmp_path / "comp"), "--model", MODEL,
+              "--server-url", srv.base_url, "--no-progress"])
     capsys.readouterr()
     assert cli_main(["pack", "-i", str(tmp_path / "comp"), "-o", str(tmp_path / "sft")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -311,22 +311,23 @@ def test_pack_refuses_another_stages_output(tmp_path: Path, capsys) -> None:
     assert len(err) == 1 and "has no dag" in err[0] and not (tmp_path / "sft").exists()
 
 
-def test_rows_without_a_question_are_never_sent_by_the_curation_stages(tmp_path: Path, capsys) -> None:
+def test_rows_without_a_question_are_never_sent_by_the_curation_stages(tmp_path: Path, capsys,
+                                                                       scripted_server: ScriptedServer) -> None:
     inp = write_jsonl(tmp_path / "traces.jsonl", TRACES)
-    with FakeServer(_one_component) as srv:
-        cli_main(["components", "-i", str(inp), "-o", str(tmp_path / "comp"), "--model", MODEL,
-                  "--server-url", srv.base_url, "--no-progress"])
-        sent = [body["messages"][-1]["content"] for _, body in srv.completion_requests]
+    srv = scripted_server(_one_component)
+    cli_main(["components", "-i", str(inp), "-o", str(tmp_path / "comp"), "--model", MODEL,
+              "--server-url", srv.base_url, "--no-progress"])
+    sent = [body["messages"][-1]["content"] for _, body in srv.completion_requests]
     assert len(sent) == 2 and not any("No question here" in s for s in sent)
     # stage 2 from a components file whose records carry an empty question
     rows = [json.loads(line) for line in (tmp_path / "comp" / "records.jsonl").read_text().splitlines()]
     for row in rows:
         row.update(status="ok", components=[{"number": 1, "description": "d"}, {"number": 2, "description": "e"}])
     write_jsonl(tmp_path / "stage1.jsonl", rows)
-    with FakeServer(lambda body, endpoint: "{1: [], 2: [1]}") as srv:
-        rc = cli_main(["dag", "-i", str(tmp_path / "stage1.jsonl"), "-o", str(tmp_path / "dag"), "--model", MODEL,
-                       "--server-url", srv.base_url, "--no-progress"])
-        calls = len(srv.completion_requests)
+    srv = scripted_server(lambda body, endpoint: "{1: [], 2: [1]}")
+    rc = cli_main(["dag", "-i", str(tmp_path / "stage1.jsonl"), "-o", str(tmp_path / "dag"), "--model", MODEL,
+                   "--server-url", srv.base_url, "--no-progress"])
+    calls = len(srv.completion_requests)
     records = {json.loads(line)["id"]: json.loads(line) for line in (tmp_path / "dag" / "records.jsonl").read_text().splitlines()}
     assert rc == 3 and calls == 2
     assert records["b"]["status"] == "no_question" and records["a"]["status"] == "ok"
@@ -355,7 +356,8 @@ def _orchestrate(tmp_path: Path, name: str, rows: list[dict], *extra: str) -> tu
     return rc, records, prompts
 
 
-def test_rows_without_a_question_get_no_question_in_orchestration_and_baseline(tmp_path: Path) -> None:
+def test_rows_without_a_question_get_no_question_in_orchestration_and_baseline(tmp_path: Path,
+                                                                               scripted_server: ScriptedServer) -> None:
     rows = [{"problem": "What is 2+3?" if i % 2 == 0 else "", "answer": "5", "unique_id": f"p{i}"} for i in range(8)]
     rc, records, prompts = _orchestrate(tmp_path, "run", rows)
     status = {r["id"]: r["status"] for r in records}
@@ -363,33 +365,34 @@ def test_rows_without_a_question_get_no_question_in_orchestration_and_baseline(t
     assert all(status[f"p{i}"] == "no_question" for i in (1, 3, 5, 7))
     assert all("<Question>\nWhat is 2+3?\n</Question>" in p for p in prompts)  # no empty question went out
     data = tmp_path / "run.jsonl"
-    with FakeServer(lambda body, endpoint: "It is \\boxed{5}.") as srv:
-        rc = cli_main(["baseline", "--model", MODEL, "--server-url", srv.base_url, "--data", str(data),
-                       "--out-dir", str(tmp_path / "base"), "--prompt-mode", "raw", "--max-retries", "0", "--no-progress"])
-        sent = len(srv.completion_requests)
+    srv = scripted_server(lambda body, endpoint: "It is \\boxed{5}.")
+    rc = cli_main(["baseline", "--model", MODEL, "--server-url", srv.base_url, "--data", str(data),
+                   "--out-dir", str(tmp_path / "base"), "--prompt-mode", "raw", "--max-retries", "0", "--no-progress"])
+    sent = len(srv.completion_requests)
     base = [json.loads(line) for line in (tmp_path / "base" / "records.jsonl").read_text().splitlines()]
     assert rc == 3 and sent == 4 and sum(r["status"] == "no_question" for r in base) == 4
 
 
-def test_an_over_long_trace_is_flagged_with_the_cost_before_the_run(tmp_path: Path, capsys) -> None:
+def test_an_over_long_trace_is_flagged_with_the_cost_before_the_run(tmp_path: Path, capsys,
+                                                                    scripted_server: ScriptedServer) -> None:
     long_trace = {"id": "long", "question": "What is 9+9?", "thought": "\n".join(f"Line {i} of adding." for i in range(20_000))}
     inp = write_jsonl(tmp_path / "traces.jsonl", [TRACES[0], long_trace])
     argv = ["components", "-i", str(inp), "-o", str(tmp_path / "comp"), "--model", "gpt-4o", "--no-progress",
             "--max-input-tokens", "20000"]
-    with FakeServer(_one_component, models=["gpt-4o"]) as srv:
-        rc = cli_main([*argv, "--server-url", srv.base_url])
-        sent = [body["messages"][-1]["content"] for _, body in srv.completion_requests]
-        err = capsys.readouterr().err
-        assert rc == 3 and len(sent) == 1 and "Line 19999" not in sent[0]
-        first, second = err.splitlines()[:2]
-        assert first.startswith("components: 1 item(s) to send: about") and "$" in first and "gpt-4o prices" in first
-        assert "1 item(s) over --max-input-tokens (MAX_INPUT_TOKENS) 20000" in second and "too_long" in second
-        assert "--allow-long" in second and "would add" in second
-        records = {json.loads(x)["id"]: json.loads(x) for x in (tmp_path / "comp" / "records.jsonl").read_text().splitlines()}
-        assert records["long"]["status"] == "too_long" and records["long"]["retryable"] is False
-        # allowed: the same command with --allow-long sends it (and only it)
-        rc = cli_main([*argv, "--server-url", srv.base_url, "--allow-long"])
-        assert rc == 0 and len(srv.completion_requests) == 2 and "Line 19999" in srv.completion_requests[1][1]["messages"][-1]["content"]
+    srv = scripted_server(_one_component, models=["gpt-4o"])
+    rc = cli_main([*argv, "--server-url", srv.base_url])
+    sent = [body["messages"][-1]["content"] for _, body in srv.completion_requests]
+    err = capsys.readouterr().err
+    assert rc == 3 and len(sent) == 1 and "Line 19999" not in sent[0]
+    first, second = err.splitlines()[:2]
+    assert first.startswith("components: 1 item(s) to send: about") and "$" in first and "gpt-4o prices" in first
+    assert "1 item(s) over --max-input-tokens (MAX_INPUT_TOKENS) 20000" in second and "too_long" in second
+    assert "--allow-long" in second and "would add" in second
+    records = {json.loads(x)["id"]: json.loads(x) for x in (tmp_path / "comp" / "records.jsonl").read_text().splitlines()}
+    assert records["long"]["status"] == "too_long" and records["long"]["retryable"] is False
+    # allowed: the same command with --allow-long sends it (and only it)
+    rc = cli_main([*argv, "--server-url", srv.base_url, "--allow-long"])
+    assert rc == 0 and len(srv.completion_requests) == 2 and "Line 19999" in srv.completion_requests[1][1]["messages"][-1]["content"]
     lines = (tmp_path / "comp" / "records.jsonl").read_text().splitlines()
     assert len(lines) == 2 and {json.loads(x)["status"] for x in lines} == {"ok"}
 

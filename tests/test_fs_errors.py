@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer
-from test_components import by_question, good_answer, load_traces, write_jsonl
-from test_reliability import problems_file, solver
-from test_resume_all import TOKENIZER_DIR, shared_data, sprint_run
+from tests.fake_server import FakeServer
+from tests.test_components import by_question, good_answer, load_traces, write_jsonl
+from tests.test_reliability import problems_file, solver
+from tests.test_resume_all import TOKENIZER_DIR, shared_data, sprint_run
 
 from sprint.core import records as records_module
 from sprint.cli import main as cli_main

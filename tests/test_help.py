@@ -5,7 +5,13 @@ every variable a script passes names the flag's own variable, so errors point at
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +30,7 @@ SCRIPTS = {
     "run_agent_orchestration.sh": "orchestrate",
     "run_baseline_evaluation.sh": "baseline",
     "run_time_replay.sh": "time-replay",
+    "run_grpo.sh": "grpo",
 }
 
 
@@ -35,6 +42,37 @@ def subparsers() -> dict[str, argparse.ArgumentParser]:
 
 def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+
+
+def listed_help(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """command -> its line in `sprint --help`."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest: a.help for a in sub._choices_actions}
+
+
+def test_every_command_registers_the_same_way() -> None:
+    """One module per command with `register(parser)` and `handle(args)`; its one-line help is written once,
+    in the table, and `sprint --help` shows that line whether the module was loaded or not."""
+    modules = [c.module for c in COMMANDS.values()]
+    assert len(set(modules)) == len(modules)
+    built = subparsers()
+    for name, command in COMMANDS.items():
+        module = importlib.import_module(command.module)
+        assert built[name].get_default("func") is module.handle, name
+        assert command.help not in inspect.getsource(module), f"{name}: its one-line help is written twice"
+    expected = {name: c.help for name, c in COMMANDS.items()}
+    assert listed_help(build_parser([], every_command=True)) == expected == listed_help(build_parser([]))
+
+
+def test_only_the_chosen_commands_module_is_imported() -> None:
+    """`sprint --help` and `sprint pack …` stay fast: no other command's module is loaded."""
+    code = ("import json, sys; from sprint.cli import COMMANDS, build_parser; build_parser(sys.argv[1:]); "
+            "print(json.dumps(sorted(c.module for c in COMMANDS.values() if c.module in sys.modules)))")
+    for argv, loaded in (([], []), (["pack", "--help"], ["sprint.curation.packing"])):
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                              cwd=REPO)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == loaded, argv
 
 
 def test_every_command_is_built_with_the_help_formatter() -> None:
@@ -127,3 +165,37 @@ def test_out_of_range_values_are_refused_never_replaced(argv: list[str], expecte
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert expected in err and "\n" not in err and not (tmp_path / "o").exists()
+
+
+def recorded_sprint(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose PYTHON only records the `sprint` command lines a script runs (scripts/run_env.sh
+    runs `$PYTHON -c CODE ARGS...`), one line each."""
+    log = tmp_path / "sprint_calls.txt"
+    stub = tmp_path / "python"
+    stub.write_text(f'#!/usr/bin/env bash\nshift 2\necho "$*" >> "{log}"\n')
+    stub.chmod(0o755)
+    return {"PATH": "/usr/bin:/bin", "PYTHON": str(stub), "OUT_DIR": "from-var"}, log
+
+
+@pytest.mark.parametrize("extra, fit_dir", [(["--warmup", "0"], "from-var"), (["--out", "elsewhere"], "elsewhere"),
+                                            (["--out=other", "--limit", "2"], "other")])
+def test_time_replay_script_fits_the_folder_time_replay_wrote(tmp_path: Path, extra: list[str], fit_dir: str) -> None:
+    env, log = recorded_sprint(tmp_path)
+    done = subprocess.run(["bash", str(REPO / "run_time_replay.sh"), *extra], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("time-replay ") and calls[0].endswith(" ".join(extra)) and calls[1] == f"fit-latency {fit_dir}"
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_time_replay_script_help_shows_the_help_and_stops(tmp_path: Path, flag: str) -> None:
+    env, log = recorded_sprint(tmp_path)
+    done = subprocess.run(["bash", str(REPO / "run_time_replay.sh"), flag], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    assert len(calls) == 1 and calls[0].startswith("time-replay ") and calls[0].endswith(flag)
+    real = subprocess.run(["bash", str(REPO / "run_time_replay.sh"), flag], capture_output=True, text=True, timeout=120,
+                          env={**{k: v for k, v in os.environ.items() if k != "PYTHON"}, "OUT_DIR": str(tmp_path / "none")})
+    assert real.returncode == 0 and "error" not in real.stderr.lower() and "usage: sprint time-replay" in real.stdout

@@ -50,7 +50,7 @@ def test_tiny_trajectory_barrier_by_hand():
     timing = critical_path_timeline(tiny(), UNIT, words, "barrier")
     assert timing.phase_ends == pytest.approx([26.7, 35.4])
     assert timing.total == pytest.approx(46.2)
-    starts = {(c.role, c.name): (c.start, c.end, c.prompt_tokens, c.generated_tokens) for c in timing.calls}
+    starts = {(c.kind, c.label): (c.start, c.end, c.prompt_tokens, c.completion_tokens) for c in timing.calls}
     assert starts[("executor", "1.1")] == pytest.approx((14.6, 21.7, 21, 4))
     assert starts[("final", "final")] == pytest.approx((35.4, 46.2, 48, 5))
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer, Reply, dead_url, scripted
+from tests.fake_server import Reply, dead_url, scripted
 
 from sprint.core.errors import UserError
 from sprint.timing.faults import FaultPlan
@@ -59,13 +59,13 @@ def cache_files(cache_dir: Path) -> list[Path]:
 # --- round trips --------------------------------------------------------------------------
 
 
-def test_completion_round_trip_sends_exact_body_and_reads_usage():
-    with FakeServer(lambda req, ep: "The answer is 4. STOP and more") as srv:
-        done, client = run_complete(
-            config(srv.base_url),
-            "What is 2+2?",
-            Sampling(max_tokens=20, temperature=0.6, top_p=0.95, stop=("STOP",), seed=11, extra=(("skip_special_tokens", False),)),
-        )
+def test_completion_round_trip_sends_exact_body_and_reads_usage(scripted_server):
+    srv = scripted_server(lambda req, ep: "The answer is 4. STOP and more")
+    done, client = run_complete(
+        config(srv.base_url),
+        "What is 2+2?",
+        Sampling(max_tokens=20, temperature=0.6, top_p=0.95, stop=("STOP",), seed=11, extra=(("skip_special_tokens", False),)),
+    )
     assert done.text == "The answer is 4. "
     assert (done.finish_reason, done.stop_reason) == ("stop", "STOP")
     assert (done.prompt_tokens, done.completion_tokens) == (3, 5)  # vLLM counts the stop string's token
@@ -88,25 +88,25 @@ def test_completion_round_trip_sends_exact_body_and_reads_usage():
     }
 
 
-def test_chat_round_trip_and_length_finish():
+def test_chat_round_trip_and_length_finish(scripted_server):
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "count to ten"}]
 
     async def go():
         async with LLMClient(config(srv.base_url)) as client:
             return await client.chat(messages, Sampling(max_tokens=3)), client
 
-    with FakeServer(lambda req, ep: "one two three four five") as srv:
-        done, client = asyncio.run(go())
+    srv = scripted_server(lambda req, ep: "one two three four five")
+    done, client = asyncio.run(go())
     assert srv.requests == [("chat", {"model": MODEL, "messages": messages, "max_tokens": 3, "temperature": 0.0, "top_p": 1.0})]
     assert (done.text, done.finish_reason, done.stop_reason) == ("one two three", "length", None)
     assert (done.prompt_tokens, done.completion_tokens) == (5, 3)
     assert client.usage.completion_tokens == 3
 
 
-def test_more_than_four_stop_strings_rejected_before_any_request():
-    with FakeServer() as srv:
-        with pytest.raises(ValueError, match="at most 4"):
-            run_complete(config(srv.base_url), sampling=Sampling(max_tokens=5, stop=("a", "b", "c", "d", "e")))
+def test_more_than_four_stop_strings_rejected_before_any_request(scripted_server):
+    srv = scripted_server()
+    with pytest.raises(ValueError, match="at most 4"):
+        run_complete(config(srv.base_url), sampling=Sampling(max_tokens=5, stop=("a", "b", "c", "d", "e")))
     assert srv.requests == []
     assert Sampling(max_tokens=5, stop=["a", "b", "c", "d"]).stop == ("a", "b", "c", "d")
 
@@ -123,34 +123,34 @@ def test_sampling_validation():
 # --- retries and classification -----------------------------------------------------------
 
 
-def test_server_error_then_success_counts_a_retry():
-    with FakeServer(scripted(Reply(status=500), "recovered")) as srv:
-        done, client = run_complete(config(srv.base_url))
+def test_server_error_then_success_counts_a_retry(scripted_server):
+    srv = scripted_server(scripted(Reply(status=500), "recovered"))
+    done, client = run_complete(config(srv.base_url))
     assert (done.text, done.attempts) == ("recovered", 2)
     assert len(srv.requests) == 2
     assert client.usage.retries == 1 and client.usage.failures == 0
     assert client.usage.errors == {"server_error": 1}
 
 
-def test_rate_limit_honours_retry_after():
-    with FakeServer(scripted(Reply(status=429, headers={"Retry-After": "0.3"}), "ok")) as srv:
-        done, client = run_complete(config(srv.base_url, backoff=0.001))
+def test_rate_limit_honours_retry_after(scripted_server):
+    srv = scripted_server(scripted(Reply(status=429, headers={"Retry-After": "0.3"}), "ok"))
+    done, client = run_complete(config(srv.base_url, backoff=0.001))
     assert (done.text, done.attempts) == ("ok", 2)
     waited = srv.arrivals[1] - srv.arrivals[0]
     assert waited >= 0.28, f"retried after {waited:.3f}s despite Retry-After: 0.3"
     assert client.usage.errors == {"rate_limit": 1}
 
 
-def test_timeout_then_success():
-    with FakeServer(scripted(Reply(text="late", delay=2.0), "on time")) as srv:
-        done, client = run_complete(config(srv.base_url, timeout=0.3))
+def test_timeout_then_success(scripted_server):
+    srv = scripted_server(scripted(Reply(text="late", delay=2.0), "on time"))
+    done, client = run_complete(config(srv.base_url, timeout=0.3))
     assert (done.text, done.attempts) == ("on time", 2)
     assert client.usage.errors == {"timeout": 1}
 
 
-def test_persistent_server_error_fails_after_all_attempts(tmp_path):
-    with FakeServer(scripted(Reply(status=503, error="overloaded"))) as srv:
-        err, client = run_error(config(srv.base_url, max_retries=3, cache_dir=tmp_path))
+def test_persistent_server_error_fails_after_all_attempts(tmp_path, scripted_server):
+    srv = scripted_server(scripted(Reply(status=503, error="overloaded")))
+    err, client = run_error(config(srv.base_url, max_retries=3, cache_dir=tmp_path))
     assert err.kind == "server_error" and err.status == 503 and err.attempts == 4
     assert len(srv.requests) == 4
     assert srv.base_url in str(err) and "4 attempts" in str(err)
@@ -161,60 +161,60 @@ def test_persistent_server_error_fails_after_all_attempts(tmp_path):
 @pytest.mark.parametrize(
     ("status", "kind"), [(400, "bad_request"), (401, "auth"), (403, "auth"), (404, "not_found"), (422, "bad_request")]
 )
-def test_client_errors_are_not_retried(status, kind):
-    with FakeServer(scripted(Reply(status=status, error="no"), "never reached")) as srv:
-        err, client = run_error(config(srv.base_url))
+def test_client_errors_are_not_retried(status, kind, scripted_server):
+    srv = scripted_server(scripted(Reply(status=status, error="no"), "never reached"))
+    err, client = run_error(config(srv.base_url))
     assert (err.kind, err.status, err.attempts) == (kind, status, 1)
     assert len(srv.requests) == 1
     assert client.usage.retries == 0
 
 
-def test_unknown_model_is_not_found_without_retry():
-    with FakeServer() as srv:
-        err, _ = run_error(config(srv.base_url, model="no-such-model"))
+def test_unknown_model_is_not_found_without_retry(scripted_server):
+    srv = scripted_server()
+    err, _ = run_error(config(srv.base_url, model="no-such-model"))
     assert err.kind == "not_found" and len(srv.requests) == 1
 
 
-def test_request_timeout_408_is_retried():
-    with FakeServer(scripted(Reply(status=408), "ok")) as srv:
-        done, client = run_complete(config(srv.base_url))
+def test_request_timeout_408_is_retried(scripted_server):
+    srv = scripted_server(scripted(Reply(status=408), "ok"))
+    done, client = run_complete(config(srv.base_url))
     assert done.attempts == 2 and client.usage.errors == {"timeout": 1}
 
 
-def test_connection_reset_is_retried():
-    with FakeServer(scripted(Reply(reset=True), Reply(truncate_body=True, text="half"), "whole")) as srv:
-        done, client = run_complete(config(srv.base_url))
+def test_connection_reset_is_retried(scripted_server):
+    srv = scripted_server(scripted(Reply(reset=True), Reply(truncate_body=True, text="half"), "whole"))
+    done, client = run_complete(config(srv.base_url))
     assert (done.text, done.attempts) == ("whole", 3)
     assert client.usage.errors == {"connection": 2}
 
 
-def test_empty_completion_is_retried():
+def test_empty_completion_is_retried(scripted_server):
     empty_choices = {"id": "x", "object": "text_completion", "created": 0, "model": MODEL, "choices": []}
-    with FakeServer(scripted(Reply(empty=True), Reply(body=empty_choices), "finally")) as srv:
-        done, client = run_complete(config(srv.base_url))
+    srv = scripted_server(scripted(Reply(empty=True), Reply(body=empty_choices), "finally"))
+    done, client = run_complete(config(srv.base_url))
     assert (done.text, done.attempts) == ("finally", 3)
     assert client.usage.errors == {"empty": 2}
 
 
-def test_legitimately_empty_stop_is_not_retried():
-    with FakeServer(lambda req, ep: "</Plan> never seen") as srv:
-        done, _ = run_complete(config(srv.base_url), sampling=Sampling(max_tokens=9, stop=("</Plan>",)))
+def test_legitimately_empty_stop_is_not_retried(scripted_server):
+    srv = scripted_server(lambda req, ep: "</Plan> never seen")
+    done, _ = run_complete(config(srv.base_url), sampling=Sampling(max_tokens=9, stop=("</Plan>",)))
     assert (done.text, done.finish_reason, done.stop_reason, done.attempts) == ("", "stop", "</Plan>", 1)
 
 
-def test_persistent_empty_fails_with_kind_empty():
-    with FakeServer(scripted(Reply(empty=True))) as srv:
-        err, _ = run_error(config(srv.base_url, max_retries=1))
+def test_persistent_empty_fails_with_kind_empty(scripted_server):
+    srv = scripted_server(scripted(Reply(empty=True)))
+    err, _ = run_error(config(srv.base_url, max_retries=1))
     assert (err.kind, err.attempts) == ("empty", 2)
 
 
-def test_non_json_body_is_a_retried_server_error():
-    with FakeServer(scripted(Reply(body="<html>proxy error</html>"), "fine")) as srv:
-        done, client = run_complete(config(srv.base_url))
+def test_non_json_body_is_a_retried_server_error(scripted_server):
+    srv = scripted_server(scripted(Reply(body="<html>proxy error</html>"), "fine"))
+    done, client = run_complete(config(srv.base_url))
     assert done.attempts == 2 and client.usage.errors == {"server_error": 1}
 
 
-def test_random_faults_all_recover_and_retries_match_faults():
+def test_random_faults_all_recover_and_retries_match_faults(scripted_server):
     plan = FaultPlan(rate_5xx=0.15, rate_429=0.05, retry_after=0.01, rate_reset=0.1, rate_truncated=0.1, rate_empty=0.1, seed=3)
 
     async def go():
@@ -222,8 +222,8 @@ def test_random_faults_all_recover_and_retries_match_faults():
             outs = await asyncio.gather(*(client.complete(f"q{i}", Sampling(max_tokens=8)) for i in range(20)))
             return outs, client
 
-    with FakeServer(lambda req, ep: f"answer to {req['prompt']}", faults=plan) as srv:
-        outs, client = asyncio.run(go())
+    srv = scripted_server(lambda req, ep: f"answer to {req['prompt']}", faults=plan)
+    outs, client = asyncio.run(go())
     assert [o.text for o in outs] == [f"answer to q{i}" for i in range(20)]
     faulted = sum(f is not None for f in srv.faults_seen)
     assert faulted >= 5  # the plan really injected faults
@@ -234,18 +234,18 @@ def test_random_faults_all_recover_and_retries_match_faults():
 # --- cache --------------------------------------------------------------------------------
 
 
-def test_cache_hit_makes_no_request(tmp_path):
+def test_cache_hit_makes_no_request(tmp_path, scripted_server):
     cfg = config("unused", cache_dir=tmp_path)
-    with FakeServer(lambda req, ep: "cached words") as srv:
-        cfg.base_url = srv.base_url
+    srv = scripted_server(lambda req, ep: "cached words")
+    cfg.base_url = srv.base_url
 
-        async def go():
-            async with LLMClient(cfg) as client:
-                first = await client.complete("p", Sampling(max_tokens=8))
-                second = await client.complete("p", Sampling(max_tokens=8))
-                return first, second, client
+    async def go():
+        async with LLMClient(cfg) as client:
+            first = await client.complete("p", Sampling(max_tokens=8))
+            second = await client.complete("p", Sampling(max_tokens=8))
+            return first, second, client
 
-        first, second, client = asyncio.run(go())
+    first, second, client = asyncio.run(go())
     assert len(srv.requests) == 1
     assert (first.cached, second.cached, second.attempts) == (False, True, 0)
     assert (second.text, second.finish_reason, second.completion_tokens) == (first.text, first.finish_reason, first.completion_tokens)
@@ -256,20 +256,20 @@ def test_cache_hit_makes_no_request(tmp_path):
     assert json.loads(files[0].read_text())["text"] == "cached words"
 
 
-def test_different_sampling_or_kind_or_model_is_a_miss(tmp_path):
-    with FakeServer(lambda req, ep: "x y") as srv:
-        cfg = config(srv.base_url, cache_dir=tmp_path)
+def test_different_sampling_or_kind_or_model_is_a_miss(tmp_path, scripted_server):
+    srv = scripted_server(lambda req, ep: "x y")
+    cfg = config(srv.base_url, cache_dir=tmp_path)
 
-        async def go():
-            async with LLMClient(cfg) as client:
-                await client.complete("p", Sampling(max_tokens=8))
-                await client.complete("p", Sampling(max_tokens=8, temperature=0.7))
-                await client.complete("p", Sampling(max_tokens=9))
-                await client.complete("p", Sampling(max_tokens=8, seed=1))
-                await client.chat([{"role": "user", "content": "p"}], Sampling(max_tokens=8))
-                return client
+    async def go():
+        async with LLMClient(cfg) as client:
+            await client.complete("p", Sampling(max_tokens=8))
+            await client.complete("p", Sampling(max_tokens=8, temperature=0.7))
+            await client.complete("p", Sampling(max_tokens=9))
+            await client.complete("p", Sampling(max_tokens=8, seed=1))
+            await client.chat([{"role": "user", "content": "p"}], Sampling(max_tokens=8))
+            return client
 
-        client = asyncio.run(go())
+    client = asyncio.run(go())
     assert len(srv.requests) == 5 and client.usage.cache_hits == 0
     assert len(cache_files(tmp_path)) == 5
     base = Sampling(max_tokens=8)
@@ -280,9 +280,9 @@ def test_different_sampling_or_kind_or_model_is_a_miss(tmp_path):
     )
 
 
-def test_cache_hit_works_with_server_stopped(tmp_path):
-    with FakeServer(lambda req, ep: "remembered") as srv:
-        run_complete(config(srv.base_url, cache_dir=tmp_path))
+def test_cache_hit_works_with_server_stopped(tmp_path, scripted_server):
+    srv = scripted_server(lambda req, ep: "remembered")
+    run_complete(config(srv.base_url, cache_dir=tmp_path))
     # replay against a URL where nothing listens: the cache answers, no network needed
     seen: list[str] = []
     done, client = run_complete(config(dead_url(), cache_dir=tmp_path, max_retries=0), on_text=seen.append)
@@ -293,11 +293,11 @@ def test_cache_hit_works_with_server_stopped(tmp_path):
     assert info.value.kind == "connection"
 
 
-def test_api_key_is_sent_but_never_stored_or_reported(tmp_path, monkeypatch):
+def test_api_key_is_sent_but_never_stored_or_reported(tmp_path, monkeypatch, scripted_server):
     monkeypatch.setenv("SPRINT_TEST_KEY", PLANTED_KEY)
-    with FakeServer(lambda req, ep: "secret-free text", api_key=PLANTED_KEY) as srv:
-        done, _ = run_complete(config(srv.base_url, cache_dir=tmp_path))
-        ok = run_check(config(srv.base_url))
+    srv = scripted_server(lambda req, ep: "secret-free text", api_key=PLANTED_KEY)
+    done, _ = run_complete(config(srv.base_url, cache_dir=tmp_path))
+    ok = run_check(config(srv.base_url))
     assert done.text == "secret-free text" and ok == [MODEL]
     assert srv.headers[0]["authorization"] == f"Bearer {PLANTED_KEY}"
     files = cache_files(tmp_path)
@@ -305,20 +305,20 @@ def test_api_key_is_sent_but_never_stored_or_reported(tmp_path, monkeypatch):
     assert PLANTED_KEY not in repr(LLMClient(config(srv.base_url)))
 
     monkeypatch.setenv("SPRINT_TEST_KEY", "sk-wrong-key")
-    with FakeServer(api_key=PLANTED_KEY) as srv:
-        err, _ = run_error(config(srv.base_url))
-        with pytest.raises(UserError) as info:
-            run_check(config(srv.base_url))
+    srv = scripted_server(api_key=PLANTED_KEY)
+    err, _ = run_error(config(srv.base_url))
+    with pytest.raises(UserError) as info:
+        run_check(config(srv.base_url))
     assert err.kind == "auth" and "sk-wrong-key" not in str(err)
     assert "SPRINT_TEST_KEY" in str(info.value) and "sk-wrong-key" not in str(info.value)
 
 
-def test_unreadable_cache_entry_is_a_miss(tmp_path):
+def test_unreadable_cache_entry_is_a_miss(tmp_path, scripted_server):
     key = cache_key("completions", MODEL, "What is 2+2?", Sampling(max_tokens=64))
     (tmp_path / key[:2]).mkdir()
     (tmp_path / key[:2] / f"{key}.json").write_text("{truncated")
-    with FakeServer(lambda req, ep: "fresh") as srv:
-        done, _ = run_complete(config(srv.base_url, cache_dir=tmp_path))
+    srv = scripted_server(lambda req, ep: "fresh")
+    done, _ = run_complete(config(srv.base_url, cache_dir=tmp_path))
     assert (done.text, done.cached, len(srv.requests)) == ("fresh", False, 1)
     assert json.loads((tmp_path / key[:2] / f"{key}.json").read_text())["text"] == "fresh"
 
@@ -326,11 +326,11 @@ def test_unreadable_cache_entry_is_a_miss(tmp_path):
 # --- streaming ----------------------------------------------------------------------------
 
 
-def test_streaming_reports_growing_prefixes():
+def test_streaming_reports_growing_prefixes(scripted_server):
     text = "Plan: split the problem into three parts and solve each"
     seen: list[str] = []
-    with FakeServer(lambda req, ep: text) as srv:
-        done, client = run_complete(config(srv.base_url), on_text=seen.append)
+    srv = scripted_server(lambda req, ep: text)
+    done, client = run_complete(config(srv.base_url), on_text=seen.append)
     assert done.text == text and seen[-1] == text
     assert len(seen) == len(text.split())
     assert all(b.startswith(a) and len(b) > len(a) for a, b in zip(seen, seen[1:]))
@@ -339,31 +339,31 @@ def test_streaming_reports_growing_prefixes():
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
 
 
-def test_chat_streaming_with_stop():
+def test_chat_streaming_with_stop(scripted_server):
     seen: list[str] = []
 
     async def go():
         async with LLMClient(config(srv.base_url)) as client:
             return await client.chat([{"role": "user", "content": "hi"}], Sampling(max_tokens=50, stop=("<End>",)), on_text=seen.append)
 
-    with FakeServer(lambda req, ep: "alpha beta<End> gamma") as srv:
-        done = asyncio.run(go())
+    srv = scripted_server(lambda req, ep: "alpha beta<End> gamma")
+    done = asyncio.run(go())
     assert (done.text, done.finish_reason, done.stop_reason) == ("alpha beta", "stop", "<End>")
     assert seen == ["alpha", "alpha beta"]
 
 
-def test_stream_without_usage_counts_zero_tokens():
-    with FakeServer(scripted(Reply(text="a b c", usage=False))) as srv:
-        done, client = run_complete(config(srv.base_url), on_text=lambda t: None)
+def test_stream_without_usage_counts_zero_tokens(scripted_server):
+    srv = scripted_server(scripted(Reply(text="a b c", usage=False)))
+    done, client = run_complete(config(srv.base_url), on_text=lambda t: None)
     assert (done.text, done.completion_tokens, done.prompt_tokens) == ("a b c", 0, 0)
     assert client.usage.completion_tokens == 0
 
 
-def test_dropped_stream_is_retried_from_scratch():
+def test_dropped_stream_is_retried_from_scratch(scripted_server):
     text = "first second third fourth fifth"
     seen: list[str] = []
-    with FakeServer(scripted(Reply(text=text, drop_stream_after=12), text), chunk_delay=0.001) as srv:
-        done, client = run_complete(config(srv.base_url), on_text=seen.append)
+    srv = scripted_server(scripted(Reply(text=text, drop_stream_after=12), text), chunk_delay=0.001)
+    done, client = run_complete(config(srv.base_url), on_text=seen.append)
     assert (done.text, done.attempts) == (text, 2)
     assert seen[:2] == ["first", "first second"]  # the dropped attempt
     restart = seen.index("first", 1)  # the retry starts again from the beginning
@@ -374,13 +374,13 @@ def test_dropped_stream_is_retried_from_scratch():
 # --- concurrency and lifecycle ------------------------------------------------------------
 
 
-def test_concurrency_bound_is_respected():
+def test_concurrency_bound_is_respected(scripted_server):
     async def go():
         async with LLMClient(config(srv.base_url, max_concurrency=2, timeout=5)) as client:
             return await asyncio.gather(*(client.complete(f"p{i}", Sampling(max_tokens=4)) for i in range(6)))
 
-    with FakeServer(scripted(Reply(text="slow", delay=0.15))) as srv:
-        outs = asyncio.run(go())
+    srv = scripted_server(scripted(Reply(text="slow", delay=0.15)))
+    outs = asyncio.run(go())
     assert len(srv.requests) == 6 and [o.text for o in outs] == ["slow"] * 6
     assert srv.max_in_flight == 2
     # the start/end stamps show the overlap too: never more than 2 calls open at once
@@ -392,23 +392,23 @@ def test_concurrency_bound_is_respected():
     assert peak == 2
 
 
-def test_client_built_outside_a_loop_survives_two_event_loops():
+def test_client_built_outside_a_loop_survives_two_event_loops(scripted_server):
     async def once(client: LLMClient, prompt: str) -> str:
         async with client:  # closes the HTTP client at the end of this loop; the next loop opens one
             return (await client.complete(prompt, Sampling(max_tokens=4))).text
 
-    with FakeServer(lambda req, ep: "again") as srv:
-        client = LLMClient(config(srv.base_url))
-        assert [asyncio.run(once(client, p)) for p in ("p1", "p2")] == ["again", "again"]
+    srv = scripted_server(lambda req, ep: "again")
+    client = LLMClient(config(srv.base_url))
+    assert [asyncio.run(once(client, p)) for p in ("p1", "p2")] == ["again", "again"]
     assert client.usage.calls == 2 and len(srv.requests) == 2
 
 
 # --- check() ------------------------------------------------------------------------------
 
 
-def test_check_lists_served_models():
-    with FakeServer(models=["a", MODEL]) as srv:
-        assert run_check(config(srv.base_url)) == ["a", MODEL]
+def test_check_lists_served_models(scripted_server):
+    srv = scripted_server(models=["a", MODEL])
+    assert run_check(config(srv.base_url)) == ["a", MODEL]
 
 
 def test_check_dead_port_names_the_url():
@@ -418,10 +418,10 @@ def test_check_dead_port_names_the_url():
     assert url in str(info.value) and "no server answers" in str(info.value)
 
 
-def test_check_wrong_model_lists_served_ones():
-    with FakeServer(models=["model-a", "model-b"]) as srv:
-        with pytest.raises(UserError) as info:
-            run_check(config(srv.base_url, model="model-c"))
+def test_check_wrong_model_lists_served_ones(scripted_server):
+    srv = scripted_server(models=["model-a", "model-b"])
+    with pytest.raises(UserError) as info:
+        run_check(config(srv.base_url, model="model-c"))
     message = str(info.value)
     assert "model-c" in message and "model-a" in message and "model-b" in message
 

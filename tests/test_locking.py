@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer, Reply
-from test_components import by_question, good_answer, load_traces, write_jsonl
-from test_reliability import problems_file, solver
-from test_resume_all import TOKENIZER_DIR, cli_env, complete_lines, leftover_tmp, shared_data, sprint_run
+from tests.fake_server import Reply, ScriptedServer
+from tests.test_components import by_question, good_answer, load_traces, write_jsonl
+from tests.test_reliability import problems_file, solver
+from tests.test_resume_all import TOKENIZER_DIR, cli_env, complete_lines, leftover_tmp, shared_data, sprint_run
 
 from sprint.evaluation import report
 from sprint.cli import main as cli_main
@@ -96,7 +96,8 @@ def test_a_lock_held_by_another_process_is_respected(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("stage", ["components", "orchestrate"])
-def test_two_concurrent_runs_one_refuses_and_nothing_is_duplicated(tmp_path: Path, stage: str) -> None:
+def test_two_concurrent_runs_one_refuses_and_nothing_is_duplicated(tmp_path: Path, stage: str,
+                                                                   scripted_server: ScriptedServer) -> None:
     out = tmp_path / "out"
     if stage == "components":
         rows = load_traces()
@@ -111,14 +112,14 @@ def test_two_concurrent_runs_one_refuses_and_nothing_is_duplicated(tmp_path: Pat
         argv = ["orchestrate", "--planner-model", MODEL, "--data", problems_file(tmp_path, n), "--out-dir", str(out),
                 "--prompt-mode", "raw", "--max-problem-workers", "2"]
         url_flag = "--planner-url"
-    with FakeServer(slow(handler, 0.2)) as srv:
-        argv = [*argv, url_flag, srv.base_url, "--no-progress"]
-        first = launch(argv, tmp_path / "first.log")
-        time.sleep(0.5)
-        second = launch(argv, tmp_path / "second.log")
-        assert second.wait(timeout=60) == EXIT_USER
-        assert first.wait(timeout=120) == EXIT_OK, (tmp_path / "first.log").read_text()
-        asked = [b for e, b in srv.requests if e != "models"]
+    srv = scripted_server(slow(handler, 0.2))
+    argv = [*argv, url_flag, srv.base_url, "--no-progress"]
+    first = launch(argv, tmp_path / "first.log")
+    time.sleep(0.5)
+    second = launch(argv, tmp_path / "second.log")
+    assert second.wait(timeout=60) == EXIT_USER
+    assert first.wait(timeout=120) == EXIT_OK, (tmp_path / "first.log").read_text()
+    asked = [b for e, b in srv.requests if e != "models"]
     err = (tmp_path / "second.log").read_text().strip().splitlines()[-1]
     assert err.startswith("error: ") and f"being written by another run (pid {first.pid} on " in err
     records = complete_lines(out / "records.jsonl")
@@ -129,22 +130,22 @@ def test_two_concurrent_runs_one_refuses_and_nothing_is_duplicated(tmp_path: Pat
     assert not (out / LOCK_NAME).exists()
 
 
-def test_a_run_killed_with_its_lock_is_resumed_with_a_notice(tmp_path: Path) -> None:
+def test_a_run_killed_with_its_lock_is_resumed_with_a_notice(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     rows = [{**t, "id": f"{t['id']}-{i}", "question": f"{t['question']} (copy {i})"} for i in range(3) for t in load_traces()]
     out = tmp_path / "out"
-    with FakeServer(slow(by_question(rows, good_answer), 0.2)) as srv:
-        argv = ["components", "-i", str(write_jsonl(tmp_path / "t.jsonl", rows)), "-o", str(out), "--model", MODEL,
-                "--server-url", srv.base_url, "--num-workers", "1", "--no-progress"]
-        proc = launch(argv, tmp_path / "killed.log")
-        deadline = time.monotonic() + 60
-        while len(complete_lines(out / "records.jsonl")) < 2:
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert json.loads((out / LOCK_NAME).read_text())["pid"] == proc.pid  # left behind by kill -9
-        again = subprocess.run([sys.executable, "-m", "sprint", *argv], cwd=REPO, env=cli_env(), capture_output=True,
-                               text=True, timeout=120)
+    srv = scripted_server(slow(by_question(rows, good_answer), 0.2))
+    argv = ["components", "-i", str(write_jsonl(tmp_path / "t.jsonl", rows)), "-o", str(out), "--model", MODEL,
+            "--server-url", srv.base_url, "--num-workers", "1", "--no-progress"]
+    proc = launch(argv, tmp_path / "killed.log")
+    deadline = time.monotonic() + 60
+    while len(complete_lines(out / "records.jsonl")) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert json.loads((out / LOCK_NAME).read_text())["pid"] == proc.pid  # left behind by kill -9
+    again = subprocess.run([sys.executable, "-m", "sprint", *argv], cwd=REPO, env=cli_env(), capture_output=True,
+                           text=True, timeout=120)
     assert again.returncode == EXIT_OK, again.stderr
     assert f"taking over the lock of {out} left by a run that is no longer running (pid {proc.pid} " in again.stderr
     ids = [r["id"] for r in complete_lines(out / "records.jsonl")]
@@ -156,18 +157,18 @@ def test_a_run_killed_with_its_lock_is_resumed_with_a_notice(tmp_path: Path) -> 
 # --overwrite starts clean
 
 
-def test_overwrite_leaves_nothing_of_the_previous_run(tmp_path: Path) -> None:
+def test_overwrite_leaves_nothing_of_the_previous_run(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     out = tmp_path / "o"
     data = problems_file(tmp_path, 6)
-    with FakeServer(solver) as srv:
-        cmd = ["orchestrate", "--planner-model", MODEL, "--planner-url", srv.base_url, "--data", data, "--out-dir",
-               str(out), "--prompt-mode", "raw", "--no-progress"]
-        assert cli_main(cmd) == EXIT_OK
-        assert len(list((out / "trajectories").glob("*.txt"))) == 6
-        (out / "evaluation").mkdir()
-        (out / "evaluation" / "report.md").write_text("the old run's report")
-        (out / "notes.txt").write_text("the user's own file")  # not an output of ours: kept
-        assert cli_main([*cmd, "--range", "0:2", "--planner-temp", "0.5", "--overwrite"]) == EXIT_OK
+    srv = scripted_server(solver)
+    cmd = ["orchestrate", "--planner-model", MODEL, "--planner-url", srv.base_url, "--data", data, "--out-dir",
+           str(out), "--prompt-mode", "raw", "--no-progress"]
+    assert cli_main(cmd) == EXIT_OK
+    assert len(list((out / "trajectories").glob("*.txt"))) == 6
+    (out / "evaluation").mkdir()
+    (out / "evaluation" / "report.md").write_text("the old run's report")
+    (out / "notes.txt").write_text("the user's own file")  # not an output of ours: kept
+    assert cli_main([*cmd, "--range", "0:2", "--planner-temp", "0.5", "--overwrite"]) == EXIT_OK
     assert sorted(p.name for p in (out / "trajectories").iterdir()) == ["test_sums_0.txt", "test_sums_1.txt"]
     assert len((out / "records.jsonl").read_text().splitlines()) == 2
     assert not (out / "evaluation").exists()
@@ -176,16 +177,17 @@ def test_overwrite_leaves_nothing_of_the_previous_run(tmp_path: Path) -> None:
     assert not [p for p in out.iterdir() if p.name.startswith(".sprint-trash")]
 
 
-def test_overwrite_with_the_same_configuration_starts_afresh_too(tmp_path: Path) -> None:
+def test_overwrite_with_the_same_configuration_starts_afresh_too(tmp_path: Path,
+                                                                 scripted_server: ScriptedServer) -> None:
     rows = load_traces()
     traces = str(write_jsonl(tmp_path / "t.jsonl", rows))
     out = tmp_path / "c"
-    with FakeServer(by_question(rows, good_answer)) as srv:
-        cmd = ["components", "-i", traces, "-o", str(out), "--model", MODEL, "--server-url", srv.base_url, "--no-progress"]
-        assert cli_main(cmd) == EXIT_OK
-        asked = len(srv.requests)
-        assert cli_main([*cmd, "--overwrite"]) == EXIT_OK
-        assert len(srv.requests) - asked == len(rows) + 1  # every item asked again (the cache went too), + GET /models
+    srv = scripted_server(by_question(rows, good_answer))
+    cmd = ["components", "-i", traces, "-o", str(out), "--model", MODEL, "--server-url", srv.base_url, "--no-progress"]
+    assert cli_main(cmd) == EXIT_OK
+    asked = len(srv.requests)
+    assert cli_main([*cmd, "--overwrite"]) == EXIT_OK
+    assert len(srv.requests) - asked == len(rows) + 1  # every item asked again (the cache went too), + GET /models
     assert len((out / "records.jsonl").read_text().splitlines()) == len(rows)
 
 

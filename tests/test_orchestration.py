@@ -22,7 +22,7 @@ from sprint.inference.baseline import BaselineConfig, baseline
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 from sprint.format.prompt_format import PromptFormat, build_prompt_format
 from sprint.format.trajectory import parse
-from fake_server import FakeServer, Reply
+from tests.fake_server import FakeServer, Reply
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 AGENT = "Solve it in phases."
@@ -541,7 +541,7 @@ def test_shell_scripts_drive_the_cli(tmp_path: Path) -> None:
 
 
 def test_model_path_starts_vllm_only_when_nothing_answers_locally(tmp_path: Path) -> None:
-    from fake_server import dead_url
+    from tests.fake_server import dead_url
 
     from sprint.core.errors import UserError
 
@@ -604,7 +604,7 @@ def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
     data = _data(tmp_path, ["What is 2+3?", "What is 1+4?", "What is 0+5?"])
     out = tmp_path / stage
     argv = _stage_argv(stage, "{url}", data, out, _agent_file(tmp_path))
-    caplog.set_level(logging.DEBUG, logger="sprint.curation.stage")  # the one worker pool logs crashes
+    caplog.set_level(logging.DEBUG, logger="sprint.core.items")  # the one worker pool logs crashes
     with FakeServer(_solver) as srv:
         code = cli.main([a.replace("{url}", srv.base_url) for a in argv])
     assert code == 3 and srv.errors == []  # finished, with a failed (crashed) problem: exit 3

@@ -16,6 +16,7 @@ import pytest
 
 from sprint.cli import main as cli_main
 from sprint.core.errors import UserError
+from sprint.core.resources import prompt_file
 from sprint.curation.packing import PackSettings, n_test_rows, pack, pack_record, sft_example, split_ids, sft_user_content
 from sprint.curation.phases import assign_phases, final_answer_from_solution, packed_components, prompt_names
 from sprint.format.trajectory import Trajectory
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 SHARED = Path(os.environ.get("SPRINT_LOCAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 EXAMPLE = SHARED.parent / "examples" / "trajectory.txt"
-AGENT_PROMPT = (REPO / "prompts" / "agent.txt").read_text()
+AGENT_PROMPT = prompt_file("agent").read_text()
 
 SOLUTION = "We compute things. So $x = 3.5$ here. Hence the answer is $\\boxed{7}$. Done!"
 

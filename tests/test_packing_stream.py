@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_packing import read_jsonl, synthetic_rows
+from tests.test_packing import read_jsonl, synthetic_rows
 
 from sprint.core.data import load_items
 from sprint.core.errors import UserError

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer
-from test_batch import traces
-from test_components import MODEL, by_question, good_answer, write_jsonl
+from tests.fake_server import ScriptedServer
+from tests.test_batch import traces
+from tests.test_components import MODEL, by_question, good_answer, write_jsonl
 
 from sprint.curation.components import separate_components
 from sprint.core.errors import UserError
@@ -64,26 +64,27 @@ def test_bad_budgets_are_user_errors() -> None:
         LLMConfig(base_url="http://x/v1", model="m", tpm=0)
 
 
-def test_within_a_budget_429s_do_not_use_up_retries() -> None:
-    with FakeServer(lambda r, e: "four words of answer", tpm=6_000, tpm_window_s=1.0) as srv:  # 100 tokens/s
-        cfg = LLMConfig(base_url=srv.base_url, model="test-model", max_retries=0, tpm=60_000, max_concurrency=8)
+def test_within_a_budget_429s_do_not_use_up_retries(scripted_server: ScriptedServer) -> None:
+    srv = scripted_server(lambda r, e: "four words of answer", tpm=6_000, tpm_window_s=1.0)  # 100 tokens/s
+    cfg = LLMConfig(base_url=srv.base_url, model="test-model", max_retries=0, tpm=60_000, max_concurrency=8)
 
-        async def go() -> list:
-            async with LLMClient(cfg) as client:
-                return await asyncio.gather(*(client.complete(f"question {i} " * 10, Sampling(max_tokens=20))
-                                              for i in range(12)))
+    async def go() -> list:
+        async with LLMClient(cfg) as client:
+            return await asyncio.gather(*(client.complete(f"question {i} " * 10, Sampling(max_tokens=20))
+                                          for i in range(12)))
 
-        done = asyncio.run(go())  # the client overstates the budget 10x: the server's 429s must correct it
-        assert len(done) == 12 and srv.budget.refused > 0
+    done = asyncio.run(go())  # the client overstates the budget 10x: the server's 429s must correct it
+    assert len(done) == 12 and srv.budget.refused > 0
 
 
-def test_stage1_within_a_tpm_limit_loses_nothing_and_uses_the_budget(tmp_path: Path) -> None:
+def test_stage1_within_a_tpm_limit_loses_nothing_and_uses_the_budget(tmp_path: Path,
+                                                                     scripted_server: ScriptedServer) -> None:
     rows = traces(40)
     inp = write_jsonl(tmp_path / "in.jsonl", rows)
-    with FakeServer(by_question(rows, good_answer), tpm=240_000, tpm_window_s=1.0) as srv:
-        outcome = separate_components(str(inp), tmp_path / "out", model=MODEL, server_url=srv.base_url,
-                                      num_workers=16, max_tokens=512, tpm=240_000, progress=False, max_retries=1)
-        used = srv.budget.used_fraction()
+    srv = scripted_server(by_question(rows, good_answer), tpm=240_000, tpm_window_s=1.0)
+    outcome = separate_components(str(inp), tmp_path / "out", model=MODEL, server_url=srv.base_url,
+                                  num_workers=16, max_tokens=512, tpm=240_000, progress=False, max_retries=1)
+    used = srv.budget.used_fraction()
     records = [json.loads(x) for x in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
     assert len(records) == 40 and all(r["status"] == "ok" for r in records)
     assert used >= 0.75  # the benchmark (200 traces) shows >= 90 %; a short run pays its start-up

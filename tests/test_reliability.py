@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_server import FakeServer, Reply
-from test_components import by_question, good_answer, load_traces, write_jsonl
+from tests.fake_server import FakeServer, Reply, ScriptedServer
+from tests.test_components import by_question, good_answer, load_traces, write_jsonl
 
 from sprint.inference import run as inference
 from sprint.timing import faults
@@ -88,11 +88,12 @@ def plan_for(fault: str) -> FaultPlan:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 @pytest.mark.parametrize("fault", faults.FAULTS)
-def test_fake_server_produces_every_fault_and_the_client_classifies_it(fault: str, stream: bool) -> None:
+def test_fake_server_produces_every_fault_and_the_client_classifies_it(fault: str, stream: bool,
+                                                                       scripted_server: ScriptedServer) -> None:
     plan = plan_for(fault)
-    with FakeServer(lambda body, endpoint: "a perfectly good answer", faults=plan) as srv:
-        text, kind = call_once(srv.base_url, MODEL, "Say something.", stream)
-        assert srv.faults_seen == [fault]
+    srv = scripted_server(lambda body, endpoint: "a perfectly good answer", faults=plan)
+    text, kind = call_once(srv.base_url, MODEL, "Say something.", stream)
+    assert srv.faults_seen == [fault]
     if expected_kinds(fault) is None:
         assert text == plan.garbage(0) and kind is None
     else:
@@ -101,7 +102,7 @@ def test_fake_server_produces_every_fault_and_the_client_classifies_it(fault: st
 
 @pytest.mark.parametrize("fault", faults.FAULTS)
 def test_replay_server_produces_every_fault_and_the_client_classifies_it(fault: str, tmp_path: Path) -> None:
-    from test_replay import FAST, MODEL as REPLAY_MODEL, planner_prompt, sums
+    from tests.test_replay import FAST, MODEL as REPLAY_MODEL, planner_prompt, sums
 
     from sprint.timing.replay_server import replay_server
 
@@ -159,7 +160,8 @@ def read_records(folder: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_orchestration_of_30_problems_under_faults_loses_nothing(tmp_path: Path, capsys) -> None:
+def test_orchestration_of_30_problems_under_faults_loses_nothing(tmp_path: Path, capsys,
+                                                                 scripted_server: ScriptedServer) -> None:
     data = problems_file(tmp_path)
     plan = FaultPlan(rate_5xx=0.10, rate_timeout=0.05, rate_garbage=0.10, timeout_delay=1.0, seed=11)
     out = tmp_path / "run"
@@ -172,9 +174,9 @@ def test_orchestration_of_30_problems_under_faults_loses_nothing(tmp_path: Path,
                 "--max-problem-workers", "6", "--max-execution-workers", "8", "--timeout", "0.4", "--max-retries", "0",
                 "--executor-retries", "2", "--problem-retries", "0", "--no-progress"]
 
-    with FakeServer(solver, faults=plan) as srv:
-        assert cli_main(command(srv.base_url)) == 3  # finished, with failed problems (README "Exit codes")
-        seen = Counter(f or "none" for f in srv.faults_seen)
+    srv = scripted_server(solver, faults=plan)
+    assert cli_main(command(srv.base_url)) == 3  # finished, with failed problems (README "Exit codes")
+    seen = Counter(f or "none" for f in srv.faults_seen)
     captured = capsys.readouterr()
     printed = captured.out
     assert srv.errors == []
@@ -210,9 +212,9 @@ def test_orchestration_of_30_problems_under_faults_loses_nothing(tmp_path: Path,
     # a clean re-run redoes the transient failures only; ok records stay as they were
     ok_before = {r["id"]: r for r in records if r["status"] == "ok"}
     retry_ids = {r["id"] for r in records if r.get("retryable")}
-    with FakeServer(solver) as clean:
-        assert cli_main(command(clean.base_url)) == 0
-        asked = {re.search(r"<Question>\nWhat is (\d+)", b["prompt"]).group(1) for _, b in clean.completion_requests}
+    clean = scripted_server(solver)
+    assert cli_main(command(clean.base_url)) == 0
+    asked = {re.search(r"<Question>\nWhat is (\d+)", b["prompt"]).group(1) for _, b in clean.completion_requests}
     assert asked == {i.rsplit("_", 1)[1] for i in retry_ids}
     final = read_records(out)
     assert len(final) == N and len({r["id"] for r in final}) == N
@@ -227,16 +229,17 @@ def test_orchestration_of_30_problems_under_faults_loses_nothing(tmp_path: Path,
 
 
 @pytest.mark.slow
-def test_baseline_under_faults_records_every_problem(tmp_path: Path, monkeypatch) -> None:
+def test_baseline_under_faults_records_every_problem(tmp_path: Path, monkeypatch,
+                                                     scripted_server: ScriptedServer) -> None:
     # a short back-off, so the HTTP retries of the faults take milliseconds, not seconds
     monkeypatch.setattr(inference, "LLMConfig", functools.partial(LLMConfig, backoff=0.01))
     data = problems_file(tmp_path, 20)
     plan = FaultPlan(rate_5xx=0.15, rate_429=0.1, rate_timeout=0.05, rate_reset=0.05, rate_empty=0.05, seed=5,
                      timeout_delay=1.0, retry_after=0.01)
-    with FakeServer(lambda body, endpoint: "It is \\boxed{4}.", faults=plan) as srv:
-        cfg = BaselineConfig(model=MODEL, server_url=srv.base_url, out_dir=str(tmp_path / "base"), data=data,
-                             prompt_mode="raw", max_tokens=50, timeout=0.4, max_retries=1, max_problem_workers=5)
-        summary = baseline(cfg, progress=False)
+    srv = scripted_server(lambda body, endpoint: "It is \\boxed{4}.", faults=plan)
+    cfg = BaselineConfig(model=MODEL, server_url=srv.base_url, out_dir=str(tmp_path / "base"), data=data,
+                         prompt_mode="raw", max_tokens=50, timeout=0.4, max_retries=1, max_problem_workers=5)
+    summary = baseline(cfg, progress=False)
     records = read_records(Path(cfg.out_dir))
     assert sorted(r["id"] for r in records) == sorted(f"test_sums_{i}" for i in range(20))
     assert all(r["status"] == "ok" or r["error_kind"] in ERROR_KINDS for r in records)
@@ -255,15 +258,16 @@ def curation_rows(copies: int = 6) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_curation_under_every_fault_gives_each_item_a_known_status(tmp_path: Path) -> None:
+def test_curation_under_every_fault_gives_each_item_a_known_status(tmp_path: Path,
+                                                                   scripted_server: ScriptedServer) -> None:
     rows = curation_rows()
     inp = write_jsonl(tmp_path / "traces.jsonl", rows)
     plan = FaultPlan(rate_5xx=0.07, rate_429=0.07, rate_timeout=0.05, rate_reset=0.07, rate_truncated=0.07,
                      rate_empty=0.07, rate_garbage=0.1, retry_after=0.01, timeout_delay=1.0, seed=3)
     settings = dict(model=MODEL, num_workers=6, timeout=0.4, max_retries=1, progress=False)
-    with FakeServer(by_question(rows, good_answer), faults=plan) as srv:
-        first = separate_components(str(inp), tmp_path / "c", server_url=srv.base_url, **settings)
-        seen = Counter(f or "none" for f in srv.faults_seen)
+    srv = scripted_server(by_question(rows, good_answer), faults=plan)
+    first = separate_components(str(inp), tmp_path / "c", server_url=srv.base_url, **settings)
+    seen = Counter(f or "none" for f in srv.faults_seen)
     print(f"components under faults: requests by fault {dict(seen)}; records {first.counts}")
     assert srv.errors == [] and sum(first.counts.values()) == len(rows)
     assert set(first.counts) <= STAGE1_STATUSES and "crashed" not in first.counts
@@ -272,9 +276,9 @@ def test_curation_under_every_fault_gives_each_item_a_known_status(tmp_path: Pat
     records = {r["id"]: r for r in read_records(tmp_path / "c")}
     for r in records.values():
         assert r["status"] == "ok" or (r["error"] and "\n" not in r["error"]), r
-    with FakeServer(by_question(rows, good_answer)) as clean:
-        second = separate_components(str(inp), tmp_path / "c", server_url=clean.base_url, **settings)
-        dag = create_dag(str(tmp_path / "c"), tmp_path / "d", server_url=clean.base_url, **settings)
+    clean = scripted_server(by_question(rows, good_answer))
+    second = separate_components(str(inp), tmp_path / "c", server_url=clean.base_url, **settings)
+    dag = create_dag(str(tmp_path / "c"), tmp_path / "d", server_url=clean.base_url, **settings)
     transient = {i for i, r in records.items() if r["retryable"]}
     final = {r["id"]: r for r in read_records(tmp_path / "c")}
     assert len(final) == len(rows)
@@ -312,7 +316,7 @@ def assert_manifest(folder: Path, stage: str, n: int, *, model: str | None, url:
 
 
 @pytest.mark.slow
-def test_every_stage_writes_a_full_manifest(tmp_path: Path) -> None:
+def test_every_stage_writes_a_full_manifest(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     rows = load_traces()
     inp = write_jsonl(tmp_path / "traces.jsonl", rows)
     paid = "gpt-4o"  # a paid model name: the manifest carries an estimated cost
@@ -323,15 +327,15 @@ def test_every_stage_writes_a_full_manifest(tmp_path: Path) -> None:
             return solver(body, endpoint)
         return by_question(rows, good_answer if "<Line 1>" in body["messages"][-1]["content"] else (lambda r: r["scripted_dag"]))(body, endpoint)
 
-    with FakeServer(answer, models=[paid, MODEL]) as srv:
-        url = srv.base_url
-        separate_components(str(inp), tmp_path / "c", server_url=url, **settings)
-        create_dag(str(tmp_path / "c"), tmp_path / "d", server_url=url, **settings)
-        assert cli_main(["pack", "-i", str(tmp_path / "d"), "-o", str(tmp_path / "p"), "--parallelization-threshold", "0"]) == 0
-        data = problems_file(tmp_path, 3)
-        orchestrate(orchestration_config(url, tmp_path, data, out_dir=str(tmp_path / "o")), progress=False)
-        baseline(BaselineConfig(model=MODEL, server_url=url, out_dir=str(tmp_path / "b"), data=data, prompt_mode="raw",
-                                max_tokens=50), progress=False)
+    srv = scripted_server(answer, models=[paid, MODEL])
+    url = srv.base_url
+    separate_components(str(inp), tmp_path / "c", server_url=url, **settings)
+    create_dag(str(tmp_path / "c"), tmp_path / "d", server_url=url, **settings)
+    assert cli_main(["pack", "-i", str(tmp_path / "d"), "-o", str(tmp_path / "p"), "--parallelization-threshold", "0"]) == 0
+    data = problems_file(tmp_path, 3)
+    orchestrate(orchestration_config(url, tmp_path, data, out_dir=str(tmp_path / "o")), progress=False)
+    baseline(BaselineConfig(model=MODEL, server_url=url, out_dir=str(tmp_path / "b"), data=data, prompt_mode="raw",
+                            max_tokens=50), progress=False)
 
     n = len(rows)
     for folder, stage, prompt in (("c", "components", "component_separation"), ("d", "dag", "dag_creation")):
@@ -349,7 +353,7 @@ def test_every_stage_writes_a_full_manifest(tmp_path: Path) -> None:
 
 
 def test_evaluate_writes_a_manifest(tmp_path: Path) -> None:
-    from test_resume_all import TOKENIZER_DIR, shared_data, sprint_run
+    from tests.test_resume_all import TOKENIZER_DIR, shared_data, sprint_run
 
     from sprint.evaluation.evaluate import evaluate
 
@@ -396,7 +400,8 @@ def guard_case(tmp_path: Path, url: str, stage: str) -> tuple[list[str], list[st
 
 
 @pytest.mark.parametrize("stage", ["components", "dag", "pack", "orchestrate", "baseline"])
-def test_stage_refuses_another_configuration_without_overwrite(tmp_path: Path, stage: str, capsys) -> None:
+def test_stage_refuses_another_configuration_without_overwrite(tmp_path: Path, stage: str, capsys,
+                                                               scripted_server: ScriptedServer) -> None:
     rows = load_traces()
 
     def answer(body: dict, endpoint: str) -> str:
@@ -405,17 +410,17 @@ def test_stage_refuses_another_configuration_without_overwrite(tmp_path: Path, s
         content = body["messages"][-1]["content"]
         return by_question(rows, good_answer if "<Line 1>" in content else (lambda r: r["scripted_dag"]))(body, endpoint)
 
-    with FakeServer(answer) as srv:
-        first, other = guard_case(tmp_path, srv.base_url, stage)
-        assert cli_main(first) == 0
-        records = (tmp_path / stage / "records.jsonl").read_bytes()
-        capsys.readouterr()
-        assert cli_main(other) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith("error: ") and "\n" not in err and "--overwrite" in err and "different configuration" in err
-        assert (tmp_path / stage / "records.jsonl").read_bytes() == records  # untouched
-        assert cli_main(first) == 0  # the same configuration resumes
-        assert cli_main([*other, "--overwrite"]) == 0
+    srv = scripted_server(answer)
+    first, other = guard_case(tmp_path, srv.base_url, stage)
+    assert cli_main(first) == 0
+    records = (tmp_path / stage / "records.jsonl").read_bytes()
+    capsys.readouterr()
+    assert cli_main(other) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "--overwrite" in err and "different configuration" in err
+    assert (tmp_path / stage / "records.jsonl").read_bytes() == records  # untouched
+    assert cli_main(first) == 0  # the same configuration resumes
+    assert cli_main([*other, "--overwrite"]) == 0
     manifest = json.loads((tmp_path / stage / "manifest.json").read_text())
     changed = {"components": ("temperature", 0.5), "dag": ("max_tokens", 1000), "pack": ("max_phases", 5),
                "orchestrate": ("planner_temperature", 0.9), "baseline": ("seed", 5)}[stage]
@@ -424,14 +429,14 @@ def test_stage_refuses_another_configuration_without_overwrite(tmp_path: Path, s
     assert len(lines) == len(records.splitlines()) == sum(manifest["counts"].values())  # replaced, not mixed
 
 
-def test_a_folder_of_another_stage_is_refused(tmp_path: Path, capsys) -> None:
+def test_a_folder_of_another_stage_is_refused(tmp_path: Path, capsys, scripted_server: ScriptedServer) -> None:
     rows = load_traces()
     traces = write_jsonl(tmp_path / "traces.jsonl", rows)
-    with FakeServer(by_question(rows, good_answer)) as srv:
-        llm = ["--model", MODEL, "--server-url", srv.base_url, "--no-progress"]
-        assert cli_main(["components", "-i", str(traces), "-o", str(tmp_path / "c"), *llm]) == 0
-        capsys.readouterr()
-        assert cli_main(["dag", "-i", str(tmp_path / "c"), "-o", str(tmp_path / "c"), *llm]) == 2
+    srv = scripted_server(by_question(rows, good_answer))
+    llm = ["--model", MODEL, "--server-url", srv.base_url, "--no-progress"]
+    assert cli_main(["components", "-i", str(traces), "-o", str(tmp_path / "c"), *llm]) == 0
+    capsys.readouterr()
+    assert cli_main(["dag", "-i", str(tmp_path / "c"), "-o", str(tmp_path / "c"), *llm]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "'components' run" in err and "--overwrite" in err
 
@@ -441,10 +446,10 @@ def test_a_folder_of_another_stage_is_refused(tmp_path: Path, capsys) -> None:
 # completes everything
 
 
-def test_the_breaker_trips_after_n_connection_failures_in_a_row_and_an_answer_resets_it() -> None:
+def test_the_breaker_trips_after_n_connection_failures_in_a_row_and_an_answer_resets_it(scripted_server: ScriptedServer) -> None:
     import openai
 
-    from sprint.llm.client import RUN_STOP, RunStop
+    from sprint.core.items import RUN_STOP, RunStop
 
     async def main() -> tuple[str | None, list[bool]]:
         client = LLMClient(LLMConfig(base_url="http://127.0.0.1:9/v1", model=MODEL, max_retries=0,
@@ -463,34 +468,35 @@ def test_the_breaker_trips_after_n_connection_failures_in_a_row_and_an_answer_re
     reason, refused = asyncio.run(main())
     assert refused == [False, False, False, True]  # the 4th call is refused without an attempt
     assert reason == "server at http://127.0.0.1:9/v1 stopped answering after 3 connection failures in a row"
-    with FakeServer(lambda body, endpoint: "ok") as srv:  # an answer in between resets the count
-        client = LLMClient(LLMConfig(base_url=srv.base_url, model=MODEL, max_retries=0, max_connection_failures=2))
-        failures = iter([True, False, True, False, True])
+    srv = scripted_server(lambda body, endpoint: "ok")  # an answer in between resets the count
+    client = LLMClient(LLMConfig(base_url=srv.base_url, model=MODEL, max_retries=0, max_connection_failures=2))
+    failures = iter([True, False, True, False, True])
 
-        async def flaky(*args: Any, **kw: Any) -> Any:
-            if next(failures):
-                raise openai.APIConnectionError(request=None)  # type: ignore[arg-type]
-            return await real(*args, **kw)
+    async def flaky(*args: Any, **kw: Any) -> Any:
+        if next(failures):
+            raise openai.APIConnectionError(request=None)  # type: ignore[arg-type]
+        return await real(*args, **kw)
 
-        real = client._attempt
-        client._attempt = flaky  # type: ignore[method-assign]
+    real = client._attempt
+    client._attempt = flaky  # type: ignore[method-assign]
 
-        async def calls() -> list[str | None]:
-            kinds = []
-            for _ in range(5):
-                try:
-                    await client.complete("x", Sampling(max_tokens=4))
-                    kinds.append(None)
-                except LLMError as exc:
-                    kinds.append(exc.kind)
-            await client.aclose()
-            return kinds
+    async def calls() -> list[str | None]:
+        kinds = []
+        for _ in range(5):
+            try:
+                await client.complete("x", Sampling(max_tokens=4))
+                kinds.append(None)
+            except LLMError as exc:
+                kinds.append(exc.kind)
+        await client.aclose()
+        return kinds
 
-        assert asyncio.run(calls()) == ["connection", None, "connection", None, "connection"]
-        assert client.stopped is None
+    assert asyncio.run(calls()) == ["connection", None, "connection", None, "connection"]
+    assert client.stopped is None
 
 
-def test_components_against_a_server_that_dies_stop_in_seconds_and_the_rerun_completes(tmp_path: Path, capsys) -> None:
+def test_components_against_a_server_that_dies_stop_in_seconds_and_the_rerun_completes(tmp_path: Path, capsys,
+                                                                                       scripted_server: ScriptedServer) -> None:
     import time
 
     rows = curation_rows(4)
@@ -525,8 +531,8 @@ def test_components_against_a_server_that_dies_stop_in_seconds_and_the_rerun_com
     records = read_records(out)
     assert len({r["id"] for r in records}) == len(records) < len(rows)
     assert all(r["status"] == "ok" or (r["status"] == "llm_connection" and r["retryable"]) for r in records)
-    with FakeServer(by_question(rows, good_answer)) as back:
-        assert cli_main([a if a != srv.base_url else back.base_url for a in cmd]) == 0
+    back = scripted_server(by_question(rows, good_answer))
+    assert cli_main([a if a != srv.base_url else back.base_url for a in cmd]) == 0
     final = read_records(out)
     assert sorted(r["id"] for r in final) == sorted(r["id"] for r in rows) and all(r["status"] == "ok" for r in final)
     print(f"components noticed the dead server in {elapsed:.1f}s")
@@ -559,7 +565,7 @@ def test_a_replay_server_killed_mid_run_ends_the_run_in_seconds_and_the_same_com
     import sys
     import time
 
-    from test_resume_all import cli_env, complete_lines
+    from tests.test_resume_all import cli_env, complete_lines
 
     from sprint.timing.replay_server import DEFAULT_MODEL
     from sprint.llm.serve import free_port

@@ -14,6 +14,7 @@ import pytest
 
 from sprint.cli import build_parser, main
 from sprint.core.errors import UserError
+from sprint.core.resources import prompt_file
 from sprint.timing.faults import FaultPlan
 from sprint.timing.latency import LatencyModel
 from sprint.llm.client import LLMClient, LLMConfig, Sampling
@@ -24,7 +25,7 @@ from sprint.format.trajectory import Execution, Phase, Trajectory, parse, render
 from sprint.timing.wire import Splitter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-AGENT = (REPO_ROOT / "prompts" / "agent.txt").read_text(encoding="utf-8").strip()
+AGENT = prompt_file("agent").read_text(encoding="utf-8").strip()
 FAST = LatencyModel(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.0, batch_slowdown=0.0)
 MODEL = "sprint-replay"
 
@@ -158,7 +159,7 @@ def test_read_request_roles():
     view = read_request(prefix(t))  # ends with "<think>\n"
     assert (view.role, view.phase, view.separator) == ("planner", 1, "")
     view = read_request(prefix(t) + past(t, 3) + "<Final_answer>\n")
-    assert view.role == "final"
+    assert (view.role, view.prompt) == ("planner", "final")  # the planner's forced final answer
     chat = (
         "<｜begin▁of▁sentence｜><｜User｜>"
         + AGENT
@@ -180,7 +181,7 @@ def test_resolve_continuations(traj_dir: Path):
     own_tag = resolve(lib, prefix(t) + past(t, 2).rstrip())
     assert own_tag.continuation.startswith(f"\n\n<Plan_2>\n{t.phases[1].plan}\n</Plan_2>")
     beyond = resolve(lib, planner_prompt(t, 3))  # the recording ends with an answer after phase 2
-    assert beyond.role == "final" and beyond.continuation.startswith("<Final_answer>\nSo the answer")
+    assert (beyond.role, beyond.prompt) == ("planner", "final") and beyond.continuation.startswith("<Final_answer>\nSo the answer")
     base = resolve(lib, render_question(t.question) + "\n<think>\n", baseline=True)
     assert base.role == "baseline" and base.continuation.startswith("Add them up")
 
@@ -364,8 +365,8 @@ def test_batching_slows_decoding_and_capacity_queues(traj_dir: Path):
         calls = srv.stats().calls
     # two sequences decode together: every step takes 2 × 20 ms (alone it would be n × 20 ms);
     # the first and last step or two may run alone, as the requests do not arrive at the same instant
-    for call in calls:
-        assert n * 0.04 - 0.045 <= call.end - call.admitted <= n * 0.04 + 0.15
+    for served in calls:
+        assert n * 0.04 - 0.045 <= served.call.end - served.admitted <= n * 0.04 + 0.15
     queued = LatencyModel(
         ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.02, batch_slowdown=0.0, capacity=1
     )
@@ -374,7 +375,7 @@ def test_batching_slows_decoding_and_capacity_queues(traj_dir: Path):
         stats = srv.stats()
     assert texts[0] == texts[1] and texts[0].strip() == t.phases[0].execution("1.1").text
     assert stats.max_running == 1
-    ends = sorted(call.end - min(c.arrival for c in stats.calls) for call in stats.calls)
+    ends = sorted(served.call.end - min(c.arrival for c in stats.calls) for served in stats.calls)
     assert n * 0.02 - 0.005 <= ends[0] <= n * 0.02 + 0.15
     assert 2 * n * 0.02 - 0.005 <= ends[1] <= 2 * n * 0.02 + 0.2  # the second waited for the first
 

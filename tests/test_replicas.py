@@ -12,12 +12,13 @@ from pathlib import Path
 
 import openai
 import pytest
-from fake_server import FakeServer, Reply, prompt_words
-from test_replay import executor_prompt, sums, traj_dir  # noqa: F401  (traj_dir: a fixture)
+from tests.fake_server import FakeServer, Reply, ScriptedServer, prompt_words
+from tests.test_replay import executor_prompt, sums, traj_dir  # noqa: F401  (traj_dir: a fixture)
 
 from sprint.core.errors import UserError
 from sprint.timing.latency import LatencyModel
-from sprint.llm.client import RUN_STOP, LLMConfig, LLMError, RunStop, Sampling
+from sprint.core.items import RUN_STOP, RunStop
+from sprint.llm.client import LLMConfig, LLMError, Sampling
 from sprint.inference.orchestration import OrchestrationConfig, call_priority, orchestrate
 from sprint.timing.latency import PrioritySlots
 from sprint.timing.replay_server import replay_server
@@ -64,36 +65,37 @@ def _server_of(servers: list[FakeServer], n_before: list[int]) -> list[int]:
     return [len(s.completion_requests) - n for s, n in zip(servers, n_before)]
 
 
-def test_pool_keeps_each_key_on_its_owner_with_the_affinity_header() -> None:
-    with FakeServer(lambda r, e: "ok") as a, FakeServer(lambda r, e: "ok") as b:
-        servers = {a.base_url: a, b.base_url: b}
-        pool = ReplicaPool(LLMConfig(a.base_url, MODEL, max_retries=0), f"{a.base_url},{b.base_url}")
-        keys = KEYS[:12]
+def test_pool_keeps_each_key_on_its_owner_with_the_affinity_header(scripted_server: ScriptedServer) -> None:
+    a = scripted_server(lambda r, e: "ok")
+    b = scripted_server(lambda r, e: "ok")
+    servers = {a.base_url: a, b.base_url: b}
+    pool = ReplicaPool(LLMConfig(a.base_url, MODEL, max_retries=0), f"{a.base_url},{b.base_url}")
+    keys = KEYS[:12]
 
-        async def go() -> list[str | None]:
-            async with pool:
-                await pool.check()
-                return [(await pool.complete("2+2=", SAMPLING, key=k)).server for k in keys for _ in range(3)]
+    async def go() -> list[str | None]:
+        async with pool:
+            await pool.check()
+            return [(await pool.complete("2+2=", SAMPLING, key=k)).server for k in keys for _ in range(3)]
 
-        answered = asyncio.run(go())
-        for i, key in enumerate(keys):
-            assert set(answered[3 * i:3 * i + 3]) == {pool.ring.owner(key)}
-        assert set(answered) == set(servers)  # both used
-        for srv in servers.values():
-            seen = [h["x-session-id"] for h, (e, _) in zip(srv.headers, srv.requests) if e != "models"]
-            assert seen and all(pool.ring.owner(k) == srv.base_url for k in seen)
-        assert pool.usage.calls == 36 and pool.stats()["failovers"] == 0
+    answered = asyncio.run(go())
+    for i, key in enumerate(keys):
+        assert set(answered[3 * i:3 * i + 3]) == {pool.ring.owner(key)}
+    assert set(answered) == set(servers)  # both used
+    for srv in servers.values():
+        seen = [h["x-session-id"] for h, (e, _) in zip(srv.headers, srv.requests) if e != "models"]
+        assert seen and all(pool.ring.owner(k) == srv.base_url for k in seen)
+    assert pool.usage.calls == 36 and pool.stats()["failovers"] == 0
 
 
-def test_affinity_header_name_is_configurable_and_can_be_off() -> None:
-    with FakeServer(lambda r, e: "ok") as srv:
-        async def go(header: str | None) -> None:
-            async with ReplicaPool(LLMConfig(srv.base_url, MODEL), affinity_header=header) as pool:
-                await pool.complete("x", SAMPLING, key="p-7")
-        asyncio.run(go("X-Route-Key"))
-        asyncio.run(go(None))
-        assert srv.headers[0]["x-route-key"] == "p-7" and "x-session-id" not in srv.headers[0]
-        assert "x-route-key" not in srv.headers[1] and "x-session-id" not in srv.headers[1]
+def test_affinity_header_name_is_configurable_and_can_be_off(scripted_server: ScriptedServer) -> None:
+    srv = scripted_server(lambda r, e: "ok")
+    async def go(header: str | None) -> None:
+        async with ReplicaPool(LLMConfig(srv.base_url, MODEL), affinity_header=header) as pool:
+            await pool.complete("x", SAMPLING, key="p-7")
+    asyncio.run(go("X-Route-Key"))
+    asyncio.run(go(None))
+    assert srv.headers[0]["x-route-key"] == "p-7" and "x-session-id" not in srv.headers[0]
+    assert "x-route-key" not in srv.headers[1] and "x-session-id" not in srv.headers[1]
 
 
 def test_failed_replica_moves_its_problems_whole_and_gets_them_back() -> None:
@@ -172,19 +174,19 @@ def test_no_replica_answering_stops_the_run() -> None:
     assert error.kind == "connection" and not error.stopped and stop.reason is None
 
 
-def test_start_with_one_replica_down_and_none_up(tmp_path: Path) -> None:
-    from fake_server import dead_url
-    with FakeServer(lambda r, e: "ok") as a:
-        dead = dead_url()
-        pool = ReplicaPool(LLMConfig(a.base_url, MODEL), [dead, a.base_url])
+def test_start_with_one_replica_down_and_none_up(tmp_path: Path, scripted_server: ScriptedServer) -> None:
+    from tests.fake_server import dead_url
+    a = scripted_server(lambda r, e: "ok")
+    dead = dead_url()
+    pool = ReplicaPool(LLMConfig(a.base_url, MODEL), [dead, a.base_url])
 
-        async def go() -> list[str | None]:
-            async with pool:
-                await pool.check()
-                return [(await pool.complete("q", SAMPLING, key=k)).server for k in KEYS[:10]]
+    async def go() -> list[str | None]:
+        async with pool:
+            await pool.check()
+            return [(await pool.complete("q", SAMPLING, key=k)).server for k in KEYS[:10]]
 
-        assert set(asyncio.run(go())) == {a.base_url}
-        assert pool.stats()["replicas"][dead]["in"] is False and pool.failovers == 0
+    assert set(asyncio.run(go())) == {a.base_url}
+    assert pool.stats()["replicas"][dead]["in"] is False and pool.failovers == 0
 
     async def none_up() -> None:
         async with ReplicaPool(LLMConfig(dead, MODEL), [dead, dead_url()]) as pool:
@@ -228,36 +230,38 @@ def _completions(srv: FakeServer) -> list[tuple[dict, dict]]:
     return [(body, h) for (e, body), h in zip(srv.requests, srv.headers) if e != "models"]
 
 
-def test_orchestration_each_problem_on_one_replica_with_priority(tmp_path: Path) -> None:
-    with FakeServer(planner_or_executor) as a, FakeServer(planner_or_executor) as b:
-        cfg = _config(tmp_path, f"{a.base_url},{b.base_url}", priority=True)
-        summary = orchestrate(cfg, progress=False)
-        assert summary["ok"] == 8
-        ring = HashRing([a.base_url, b.base_url])
-        ranks: dict[str, set[int]] = {}
-        for srv in (a, b):
-            for body, headers in _completions(srv):
-                problem = headers["x-session-id"]
-                assert ring.owner(problem) == srv.base_url  # every call of a problem on its owner
-                ranks.setdefault(problem, set()).add(body["priority"])
-        assert len(ranks) == 8 and all(len(_completions(s)) for s in (a, b))
-        # planner 0, executors 1 + r, one rank r per problem, ranks 0..7 in start order
-        for values in ranks.values():
-            assert len(values) == 2 and call_priority(0, "planner") in values
-        assert sorted(max(v) for v in ranks.values()) == [call_priority(r, "executor") for r in range(8)]
-        records = [json.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
-        for record in records:
-            assert {c["server"] for c in record["calls"]} == {ring.owner(record["id"])}
-        manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-        assert manifest["prefix_cache"] == {}  # the scripted server reports no cached_tokens
-        assert manifest["usage"]["planner"]["routing"]["failovers"] == 0
+def test_orchestration_each_problem_on_one_replica_with_priority(tmp_path: Path,
+                                                                 scripted_server: ScriptedServer) -> None:
+    a = scripted_server(planner_or_executor)
+    b = scripted_server(planner_or_executor)
+    cfg = _config(tmp_path, f"{a.base_url},{b.base_url}", priority=True)
+    summary = orchestrate(cfg, progress=False)
+    assert summary["ok"] == 8
+    ring = HashRing([a.base_url, b.base_url])
+    ranks: dict[str, set[int]] = {}
+    for srv in (a, b):
+        for body, headers in _completions(srv):
+            problem = headers["x-session-id"]
+            assert ring.owner(problem) == srv.base_url  # every call of a problem on its owner
+            ranks.setdefault(problem, set()).add(body["priority"])
+    assert len(ranks) == 8 and all(len(_completions(s)) for s in (a, b))
+    # planner 0, executors 1 + r, one rank r per problem, ranks 0..7 in start order
+    for values in ranks.values():
+        assert len(values) == 2 and call_priority(0, "planner") in values
+    assert sorted(max(v) for v in ranks.values()) == [call_priority(r, "executor") for r in range(8)]
+    records = [json.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    for record in records:
+        assert {c["server"] for c in record["calls"]} == {ring.owner(record["id"])}
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["prefix_cache"] == {}  # the scripted server reports no cached_tokens
+    assert manifest["usage"]["planner"]["routing"]["failovers"] == 0
 
 
-def test_no_priority_field_without_the_flag(tmp_path: Path) -> None:
-    with FakeServer(planner_or_executor) as srv:
-        orchestrate(_config(tmp_path, srv.base_url), progress=False)
-        assert all("priority" not in body for body, _ in _completions(srv))
-        assert all(h["x-session-id"].startswith("q") for _, h in _completions(srv))
+def test_no_priority_field_without_the_flag(tmp_path: Path, scripted_server: ScriptedServer) -> None:
+    srv = scripted_server(planner_or_executor)
+    orchestrate(_config(tmp_path, srv.base_url), progress=False)
+    assert all("priority" not in body for body, _ in _completions(srv))
+    assert all(h["x-session-id"].startswith("q") for _, h in _completions(srv))
 
 
 def test_orchestration_survives_a_replica_dying_mid_run(tmp_path: Path) -> None:
@@ -299,16 +303,16 @@ def test_orchestration_survives_a_replica_dying_mid_run(tmp_path: Path) -> None:
         assert all(servers[f"q{i}"] == {a.base_url} for i in on_b + on_a if i not in touched)
 
 
-def test_executor_requests_share_the_planner_prefix(tmp_path: Path) -> None:
+def test_executor_requests_share_the_planner_prefix(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     """Barrier: siblings are identical up to <execution_1.k>, and the planner's prompt is a prefix of theirs."""
-    with FakeServer(planner_or_executor) as srv:
-        orchestrate(_config(tmp_path, srv.base_url, max_execution_workers=1), progress=False)
-        prompts = [body["prompt"] for body, h in _completions(srv) if h["x-session-id"] == "q0"]
-        planner_prompt, first, second = prompts[0], prompts[1], prompts[2]
-        head = first[: first.rindex("<execution_1.1>")]
-        assert second[: second.rindex("<execution_1.2>")] == head
-        assert first.startswith(planner_prompt) and second.startswith(planner_prompt)
-        assert head.startswith(planner_prompt + "<Plan_1>")
+    srv = scripted_server(planner_or_executor)
+    orchestrate(_config(tmp_path, srv.base_url, max_execution_workers=1), progress=False)
+    prompts = [body["prompt"] for body, h in _completions(srv) if h["x-session-id"] == "q0"]
+    planner_prompt, first, second = prompts[0], prompts[1], prompts[2]
+    head = first[: first.rindex("<execution_1.1>")]
+    assert second[: second.rindex("<execution_1.2>")] == head
+    assert first.startswith(planner_prompt) and second.startswith(planner_prompt)
+    assert head.startswith(planner_prompt + "<Plan_1>")
 
 
 # --- the replay server's priority queue -----------------------------------------------------------
@@ -356,12 +360,13 @@ def _with_cached_tokens(request: dict, endpoint: str) -> Reply:
                        "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}]})
 
 
-def test_cached_tokens_reach_records_manifest_and_report(tmp_path: Path, shared_data: Path) -> None:
+def test_cached_tokens_reach_records_manifest_and_report(tmp_path: Path, shared_data: Path,
+                                                         scripted_server: ScriptedServer) -> None:
     from sprint.evaluation.evaluate import evaluate
 
     tok = shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"
-    with FakeServer(_with_cached_tokens) as srv:
-        orchestrate(_config(tmp_path, srv.base_url), progress=False)
+    srv = scripted_server(_with_cached_tokens)
+    orchestrate(_config(tmp_path, srv.base_url), progress=False)
     records = [json.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
     calls = [c for r in records for c in r["calls"]]
     assert calls and all(c["cached_tokens"] == c["prompt_tokens"] // 4 for c in calls if c["role"] == "planner")
@@ -412,16 +417,17 @@ def test_replay_server_queue_honours_priority(traj_dir: Path) -> None:  # noqa: 
     assert calls[1].arrival < calls[2].arrival  # equal priorities: first come, first served
 
 
-def test_baseline_keeps_each_problem_on_its_replica(tmp_path: Path) -> None:
+def test_baseline_keeps_each_problem_on_its_replica(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     from sprint.inference.baseline import BaselineConfig, baseline
 
-    with FakeServer(lambda r, e: "so \\boxed{2}") as a, FakeServer(lambda r, e: "so \\boxed{2}") as b:
-        cfg = BaselineConfig(model=MODEL, server_url=f"{a.base_url},{b.base_url}", data=str(_data(tmp_path, 8)),
-                             out_dir=str(tmp_path / "base"), prompt_mode="raw", max_tokens=16, use_cache=False)
-        assert baseline(cfg, progress=False)["ok"] == 8
-        ring = HashRing([a.base_url, b.base_url])
-        for srv in (a, b):
-            assert all(ring.owner(h["x-session-id"]) == srv.base_url for _, h in _completions(srv))
-        records = [json.loads(x) for x in (tmp_path / "base" / "records.jsonl").read_text().splitlines()]
-        assert {r["calls"][0]["server"] for r in records} == {a.base_url, b.base_url}
-        assert all(r["calls"][0]["server"] == ring.owner(r["id"]) for r in records)
+    a = scripted_server(lambda r, e: "so \\boxed{2}")
+    b = scripted_server(lambda r, e: "so \\boxed{2}")
+    cfg = BaselineConfig(model=MODEL, server_url=f"{a.base_url},{b.base_url}", data=str(_data(tmp_path, 8)),
+                         out_dir=str(tmp_path / "base"), prompt_mode="raw", max_tokens=16, use_cache=False)
+    assert baseline(cfg, progress=False)["ok"] == 8
+    ring = HashRing([a.base_url, b.base_url])
+    for srv in (a, b):
+        assert all(ring.owner(h["x-session-id"]) == srv.base_url for _, h in _completions(srv))
+    records = [json.loads(x) for x in (tmp_path / "base" / "records.jsonl").read_text().splitlines()]
+    assert {r["calls"][0]["server"] for r in records} == {a.base_url, b.base_url}
+    assert all(r["calls"][0]["server"] == ring.owner(r["id"]) for r in records)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer
+from tests.fake_server import ScriptedServer
 
 from sprint.llm.client import LLMClient, LLMConfig, Sampling
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
@@ -77,7 +77,7 @@ def _records(out: Path) -> list[dict]:
 
 @pytest.mark.vllm
 def test_two_vllm_replicas_affinity_prefix_cache_failover(vllm_server, second_vllm, shared_data: Path,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, scripted_server: ScriptedServer) -> None:
     a, b = vllm_server.base_url, second_vllm.base_url
     model = vllm_server.served_model_name
     rows, owners = _window([a, b], b, shared_data)
@@ -89,58 +89,58 @@ def test_two_vllm_replicas_affinity_prefix_cache_failover(vllm_server, second_vl
             return done.completion_tokens
     assert asyncio.run(with_priority()) > 0
 
-    with FakeServer(planner, models=[model]) as plan_srv:
-        # 1. Both replicas up: each problem's executor calls on its owner, both used, prefix-cache hits.
-        out = tmp_path / "both"
-        summary = orchestrate(_config(out, plan_srv.base_url, [a, b], model, vllm_server.model_dir, rows, 2),
-                              progress=False)
-        assert summary["ok"] == 4
-        records = _records(out)
-        used = set()
-        for record, owner in zip(sorted(records, key=lambda r: r["index"]), owners):
-            executors = [c for c in record["calls"] if c["role"] == "executor" and c["error"] is None]
-            assert len(executors) == 2
-            assert {c["server"] for c in executors} == {owner}
-            used.add(owner)
-            for call in executors:
-                assert call["cached_tokens"] is not None
-            # siblings are identical up to <execution_1.k>: the second finds all but the last few tokens
-            # cached, less the partly filled last KV block (vLLM's CPU backend uses blocks of 128)
-            second = executors[1]
-            assert second["prompt_tokens"] - 8 - 128 <= second["cached_tokens"] < second["prompt_tokens"], second
-        assert used == {a, b}
-        manifest = json.loads((out / "manifest.json").read_text())
-        hits = manifest["prefix_cache"]["executor"]
-        assert hits["calls"] == 8 and 0.4 < hits["hit_ratio"] <= 1.0, hits
-        assert manifest["usage"]["executor"]["routing"]["replicas"][b]["answered"] > 0
-        print("\nprefix cache:", manifest["prefix_cache"], "owners:", owners)
+    plan_srv = scripted_server(planner, models=[model])
+    # 1. Both replicas up: each problem's executor calls on its owner, both used, prefix-cache hits.
+    out = tmp_path / "both"
+    summary = orchestrate(_config(out, plan_srv.base_url, [a, b], model, vllm_server.model_dir, rows, 2),
+                          progress=False)
+    assert summary["ok"] == 4
+    records = _records(out)
+    used = set()
+    for record, owner in zip(sorted(records, key=lambda r: r["index"]), owners):
+        executors = [c for c in record["calls"] if c["role"] == "executor" and c["error"] is None]
+        assert len(executors) == 2
+        assert {c["server"] for c in executors} == {owner}
+        used.add(owner)
+        for call in executors:
+            assert call["cached_tokens"] is not None
+        # siblings are identical up to <execution_1.k>: the second finds all but the last few tokens
+        # cached, less the partly filled last KV block (vLLM's CPU backend uses blocks of 128)
+        second = executors[1]
+        assert second["prompt_tokens"] - 8 - 128 <= second["cached_tokens"] < second["prompt_tokens"], second
+    assert used == {a, b}
+    manifest = json.loads((out / "manifest.json").read_text())
+    hits = manifest["prefix_cache"]["executor"]
+    assert hits["calls"] == 8 and 0.4 < hits["hit_ratio"] <= 1.0, hits
+    assert manifest["usage"]["executor"]["routing"]["replicas"][b]["answered"] > 0
+    print("\nprefix cache:", manifest["prefix_cache"], "owners:", owners)
 
-        # 2. Replica B killed after the first problem (one problem at a time): the rest still end ok.
-        out = tmp_path / "failover"
-        done: list[dict] = []
+    # 2. Replica B killed after the first problem (one problem at a time): the rest still end ok.
+    out = tmp_path / "failover"
+    done: list[dict] = []
 
-        def run() -> None:
-            done.append(orchestrate(_config(out, plan_srv.base_url, [a, b], model, vllm_server.model_dir, rows, 1),
-                                    progress=False))
+    def run() -> None:
+        done.append(orchestrate(_config(out, plan_srv.base_url, [a, b], model, vllm_server.model_dir, rows, 1),
+                                progress=False))
 
-        thread = threading.Thread(target=run)
-        thread.start()
-        deadline = time.monotonic() + 300
-        while not ((out / "records.jsonl").is_file() and (out / "records.jsonl").read_text().strip()):
-            assert time.monotonic() < deadline and thread.is_alive()
-            time.sleep(0.05)
-        os.killpg(second_vllm.process.pid, signal.SIGKILL)
-        thread.join(600)
-        records = _records(out)
-        assert len(records) == 4 and len({r["id"] for r in records}) == 4
-        assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
-        by_index = sorted(records, key=lambda r: r["index"])
-        first_servers = {c["server"] for c in by_index[0]["calls"] if c["role"] == "executor" and c["error"] is None}
-        assert first_servers == {b}
-        later_b = [r for r, o in zip(by_index[1:], owners[1:]) if o == b]
-        assert later_b
-        for record in later_b:  # B's later problems moved whole to A
-            servers = {c["server"] for c in record["calls"] if c["role"] == "executor" and c["error"] is None}
-            assert servers == {a}
-        routing = json.loads((out / "manifest.json").read_text())["usage"]["executor"]["routing"]
-        assert routing["failovers"] >= 1 and routing["replicas"][b]["in"] is False
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while not ((out / "records.jsonl").is_file() and (out / "records.jsonl").read_text().strip()):
+        assert time.monotonic() < deadline and thread.is_alive()
+        time.sleep(0.05)
+    os.killpg(second_vllm.process.pid, signal.SIGKILL)
+    thread.join(600)
+    records = _records(out)
+    assert len(records) == 4 and len({r["id"] for r in records}) == 4
+    assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
+    by_index = sorted(records, key=lambda r: r["index"])
+    first_servers = {c["server"] for c in by_index[0]["calls"] if c["role"] == "executor" and c["error"] is None}
+    assert first_servers == {b}
+    later_b = [r for r, o in zip(by_index[1:], owners[1:]) if o == b]
+    assert later_b
+    for record in later_b:  # B's later problems moved whole to A
+        servers = {c["server"] for c in record["calls"] if c["role"] == "executor" and c["error"] is None}
+        assert servers == {a}
+    routing = json.loads((out / "manifest.json").read_text())["usage"]["executor"]["routing"]
+    assert routing["failovers"] >= 1 and routing["replicas"][b]["in"] is False

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_server import FakeServer, Reply
-from test_components import by_question, good_answer, load_traces, run_stage1, write_jsonl
+from tests.fake_server import FakeServer, Reply, ScriptedServer
+from tests.test_components import by_question, good_answer, load_traces, run_stage1, write_jsonl
 
 from sprint.curation.components import separate_components
 from sprint.curation.dag import create_dag
@@ -268,12 +268,12 @@ def test_components_resume_after_kill(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_dag_resume_after_kill(tmp_path: Path) -> None:
+def test_dag_resume_after_kill(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     rows = curation_rows()
     inp = write_jsonl(tmp_path / "traces.jsonl", rows)
     stage1 = tmp_path / "components"
-    with FakeServer(by_question(rows, good_answer)) as srv:
-        assert run_stage1(inp, stage1, srv.base_url).counts == {"ok": len(rows)}
+    srv = scripted_server(by_question(rows, good_answer))
+    assert run_stage1(inp, stage1, srv.base_url).counts == {"ok": len(rows)}
     out = tmp_path / "out"
     argv = ["dag", "-i", str(stage1), "-o", str(out), "--model", MODEL, "--server-url", "{url}", "--num-workers", "2"]
 
@@ -525,22 +525,23 @@ def test_evaluate_rerun_after_kill_matches_an_uninterrupted_run(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("stage", ["orchestrate", "baseline"])
-def test_calls_answered_before_a_crash_are_not_paid_twice_by_default(tmp_path: Path, stage: str) -> None:
+def test_calls_answered_before_a_crash_are_not_paid_twice_by_default(tmp_path: Path, stage: str,
+                                                                     scripted_server: ScriptedServer) -> None:
     data, _ = math_rows(tmp_path, 4)
     out = tmp_path / "out"
-    with FakeServer(solver if stage == "orchestrate" else sequential) as srv:
-        def once() -> None:
-            if stage == "orchestrate":
-                orchestrate(OrchestrationConfig(planner_model=MODEL, planner_server_url=srv.base_url, out_dir=str(out),
-                                                data=str(data), prompt_mode="raw", planner_max_tokens=200,
-                                                max_tokens=100), progress=False)
-            else:
-                baseline(BaselineConfig(model=MODEL, server_url=srv.base_url, out_dir=str(out), data=str(data),
-                                        prompt_mode="raw", max_tokens=200), progress=False)
+    srv = scripted_server(solver if stage == "orchestrate" else sequential)
+    def once() -> None:
+        if stage == "orchestrate":
+            orchestrate(OrchestrationConfig(planner_model=MODEL, planner_server_url=srv.base_url, out_dir=str(out),
+                                            data=str(data), prompt_mode="raw", planner_max_tokens=200,
+                                            max_tokens=100), progress=False)
+        else:
+            baseline(BaselineConfig(model=MODEL, server_url=srv.base_url, out_dir=str(out), data=str(data),
+                                    prompt_mode="raw", max_tokens=200), progress=False)
 
-        once()
-        asked = len(srv.completion_requests)
-        # the crash: every answer came back, no record reached the disk (all problems were in flight)
-        (out / "records.jsonl").write_bytes(b"")
-        once()
-        assert len(srv.completion_requests) == asked, "calls answered before the crash were sent again"
+    once()
+    asked = len(srv.completion_requests)
+    # the crash: every answer came back, no record reached the disk (all problems were in flight)
+    (out / "records.jsonl").write_bytes(b"")
+    once()
+    assert len(srv.completion_requests) == asked, "calls answered before the crash were sent again"

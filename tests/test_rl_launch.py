@@ -6,17 +6,19 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from sprint.llm.serve import free_port
 from sprint.rl.launch import GRPOOptions, build_commands
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RL_PYTHON = Path(os.environ.get("RL_VENV", REPO_ROOT / ".venv-rl")) / "bin" / "python"
 SCRIPT_VARS = ("MODEL", "DATA", "TASK", "SPLIT", "RANGE", "REFERENCE_RUN", "REFERENCE_COLUMN", "OUTPUT_DIR", "CONFIG",
                "NPROC_PER_NODE", "NNODES", "ROLLOUT_HOST", "ROLLOUT_PORT", "ROLLOUT_URL", "ROLLOUT_DEVICES",
-               "TRAIN_DEVICES", "ROLLOUT_ARGS", "NUM_GENERATIONS", "LR", "BETA", "REWARD_WEIGHTS", "MAX_STEPS",
+               "TRAIN_DEVICES", "ROLLOUT_TIMEOUT", "ROLLOUT_ARGS", "NUM_GENERATIONS", "LR", "BETA", "REWARD_WEIGHTS", "MAX_STEPS",
                "SWIFT_BIN", "DRY_RUN", "VLLM_PLUGINS")
 
 
@@ -77,6 +79,29 @@ def test_defaults_come_from_the_config_and_an_external_server_is_not_started():
     assert values(rlhf, "--num_generations") == ["8"] and values(rlhf, "--reward_weights") == ["1.0", "0.2", "0.5"]
     assert values(rlhf, "--beta") == ["0.001"] and values(rlhf, "--vllm_server_base_url") == ["http://10.0.0.2:8000"]
     assert values(rlhf, "--model") == ["deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"] and "NPROC_PER_NODE=1" not in rlhf
+
+
+def test_a_rollout_flag_alone_in_rollout_args_is_passed_on():
+    """ROLLOUT_ARGS=--flag (one word starting with --) is a value, not an option of `sprint grpo`."""
+    rollout = dry_run({"DATA": "d.jsonl", "ROLLOUT_ARGS": "--vllm_enforce_eager"})["rollout"]
+    assert rollout[-1] == "--vllm_enforce_eager"
+
+
+def test_rollout_timeout_bounds_the_wait_for_the_rollout_server(tmp_path: Path, shared_data: Path):
+    """ROLLOUT_TIMEOUT, which the timeout's own error message tells the user to raise, reaches `sprint grpo`."""
+    with open(shared_data / "countdown" / "countdown_3to4_uft.jsonl") as f:
+        rows = [json.loads(next(f)) for _ in range(2)]
+    data = tmp_path / "countdown.jsonl"
+    data.write_text("".join(json.dumps({**r, "reference_tokens": 64}) + "\n" for r in rows))
+    clean = {k: v for k, v in os.environ.items() if k not in SCRIPT_VARS}
+    env = {**clean, "PYTHON": str(REPO_ROOT / ".venv" / "bin" / "python"), "DATA": str(data), "TASK": "countdown",
+           "SPLIT": "train", "REFERENCE_COLUMN": "reference_tokens", "OUTPUT_DIR": str(tmp_path / "out"),
+           "ROLLOUT_URL": f"http://127.0.0.1:{free_port()}", "ROLLOUT_TIMEOUT": "1", "SWIFT_BIN": sys.executable}
+    result = subprocess.run(["bash", str(REPO_ROOT / "run_grpo.sh")], capture_output=True, text=True, env=env,
+                            timeout=120, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "did not answer /health/ within 1s; raise ROLLOUT_TIMEOUT" in result.stderr
+    assert (tmp_path / "out" / "grpo_rows.jsonl").is_file()  # the rows come first, then the wait
 
 
 def test_missing_data_is_a_clear_error():

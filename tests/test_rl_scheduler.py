@@ -16,7 +16,7 @@ import pytest
 
 from sprint.format.prompt_format import EXECUTOR_STOPS, FINAL_STOPS, PLANNER_STOPS, PromptFormat, load_agent_prompt
 from sprint.format.trajectory import count_tokens, parse, token_counter
-from fake_server import FakeServer, Reply
+from tests.fake_server import Reply, ScriptedServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RL_PYTHON = Path(os.environ.get("RL_VENV", REPO_ROOT / ".venv-rl")) / "bin" / "python"
@@ -56,7 +56,7 @@ def rows(fmt: PromptFormat) -> list[dict]:
 
 
 @pytest.mark.swift
-def test_scheduler_run_against_the_scripted_server(shared_data: Path, tmp_path: Path):
+def test_scheduler_run_against_the_scripted_server(shared_data: Path, tmp_path: Path, scripted_server: ScriptedServer):
     if not RL_PYTHON.exists():
         pytest.skip(f"RL venv missing ({RL_PYTHON}); run scripts/install_rl.sh")
     tokenizer = shared_data / TOKENIZER
@@ -64,12 +64,12 @@ def test_scheduler_run_against_the_scripted_server(shared_data: Path, tmp_path: 
     (tmp_path / "rows.json").write_text(json.dumps(rows(fmt)))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "SPRINT_RL_PLANNER_MAX_TOKENS": "300",
            "SPRINT_RL_EXECUTOR_MAX_TOKENS": "200", "SPRINT_RL_MAX_PHASES": "5"}
-    with FakeServer(handler) as server:
-        result = subprocess.run([str(RL_PYTHON), str(REPO_ROOT / "tests" / "rl_scheduler_driver.py"), server.base_url,
-                                 str(tokenizer), str(tmp_path / "rows.json"), str(tmp_path / "out.json")],
-                                capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
-        assert result.returncode == 0, result.stderr[-4000:]
-        max_in_flight = server.max_in_flight
+    server = scripted_server(handler)
+    result = subprocess.run([str(RL_PYTHON), str(REPO_ROOT / "tests" / "rl_scheduler_driver.py"), server.base_url,
+                             str(tokenizer), str(tmp_path / "rows.json"), str(tmp_path / "out.json")],
+                            capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    max_in_flight = server.max_in_flight
     out = json.loads((tmp_path / "out.json").read_text())
     # loaded by path through ms-swift, registered in its tables
     assert out["scheduler"].endswith(".SprintScheduler") and out["scheduler"].startswith("_swift_external_")

@@ -12,9 +12,8 @@ import pytest
 
 from sprint.core.errors import UserError
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
-from sprint.inference.schedule import settled_prompts
-from sprint.format.trajectory import parse
-from fake_server import FakeServer, Reply
+from sprint.format.trajectory import parse, settled_prompts
+from tests.fake_server import FakeServer, Reply
 
 AGENT = "Solve it in phases."
 QUESTION = "What is 2+3?"

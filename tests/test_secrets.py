@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer, Reply
-from test_components import by_question, good_answer, load_traces, write_jsonl
+from tests.fake_server import Reply, ScriptedServer
+from tests.test_components import by_question, good_answer, load_traces, write_jsonl
 
 from sprint.cli import build_parser
 
@@ -101,31 +101,31 @@ def workspace(tmp_path: Path) -> tuple[list[dict], Path, Path, Path, Path]:
 
 
 @pytest.mark.slow
-def test_planted_key_is_used_but_never_written(tmp_path: Path) -> None:
+def test_planted_key_is_used_but_never_written(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     rows, traces, data, out, logs = workspace(tmp_path)
-    with FakeServer(answer_everything(rows), api_key=KEY) as srv:
-        url = srv.base_url
-        llm = ["--model", MODEL, "--server-url", url, "--no-progress"]
+    srv = scripted_server(answer_everything(rows), api_key=KEY)
+    url = srv.base_url
+    llm = ["--model", MODEL, "--server-url", url, "--no-progress"]
 
-        def curation() -> list[subprocess.CompletedProcess]:
-            first = run(["components", "-i", str(traces), "-o", str(out / "components"), *llm], logs / "components.log",
-                        extra_env={"OPENAI_LOG": "debug"})
-            second = run(["dag", "-i", str(out / "components"), "-o", str(out / "dag"), *llm], logs / "dag.log")
-            return [first, second]
+    def curation() -> list[subprocess.CompletedProcess]:
+        first = run(["components", "-i", str(traces), "-o", str(out / "components"), *llm], logs / "components.log",
+                    extra_env={"OPENAI_LOG": "debug"})
+        second = run(["dag", "-i", str(out / "components"), "-o", str(out / "dag"), *llm], logs / "dag.log")
+        return [first, second]
 
-        def orchestration() -> list[subprocess.CompletedProcess]:
-            return [run(["orchestrate", "--planner-model", MODEL, "--planner-url", url, "--data", str(data), "--out-dir",
-                         str(out / "orchestrate"), "--prompt-mode", "raw", "--cache-dir", str(out / "cache"), "--no-progress"],
-                        logs / "orchestrate.log", extra_env={"OPENAI_LOG": "debug"})]
+    def orchestration() -> list[subprocess.CompletedProcess]:
+        return [run(["orchestrate", "--planner-model", MODEL, "--planner-url", url, "--data", str(data), "--out-dir",
+                     str(out / "orchestrate"), "--prompt-mode", "raw", "--cache-dir", str(out / "cache"), "--no-progress"],
+                    logs / "orchestrate.log", extra_env={"OPENAI_LOG": "debug"})]
 
-        def sequential() -> list[subprocess.CompletedProcess]:
-            return [run(["baseline", "--model", MODEL, "--server-url", url, "--data", str(data), "--out-dir",
-                         str(out / "baseline"), "--prompt-mode", "raw", "--max-tokens", "50", "--cache-dir", str(out / "cache2"),
-                         "--no-progress"], logs / "baseline.log")]
+    def sequential() -> list[subprocess.CompletedProcess]:
+        return [run(["baseline", "--model", MODEL, "--server-url", url, "--data", str(data), "--out-dir",
+                     str(out / "baseline"), "--prompt-mode", "raw", "--max-tokens", "50", "--cache-dir", str(out / "cache2"),
+                     "--no-progress"], logs / "baseline.log")]
 
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            results = [r for rs in pool.map(lambda f: f(), (curation, orchestration, sequential)) for r in rs]
-        sent = [h.get("authorization") for h in srv.headers]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = [r for rs in pool.map(lambda f: f(), (curation, orchestration, sequential)) for r in rs]
+    sent = [h.get("authorization") for h in srv.headers]
     for result in results:
         assert result.returncode == 0, result.stderr
     # the key really went to the server, on every request, in the Authorization header only
@@ -142,18 +142,18 @@ def test_planted_key_is_used_but_never_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_rejected_keys_are_not_repeated_in_errors(tmp_path: Path) -> None:
+def test_rejected_keys_are_not_repeated_in_errors(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     rows, traces, data, out, logs = workspace(tmp_path)
 
     # 1. the server refuses the key at GET /models: every stage stops with one clear line
-    with FakeServer(answer_everything(rows), api_key=WRONG_KEY) as strict:
-        url = strict.base_url
-        llm = ["--model", MODEL, "--server-url", url, "--no-progress"]
-        refused = [
-            run(["components", "-i", str(traces), "-o", str(out / "c401"), *llm], logs / "c401.log"),
-            run(["orchestrate", "--planner-model", MODEL, "--planner-url", url, "--data", str(data), "--out-dir",
-                 str(out / "o401"), "--prompt-mode", "raw", "--no-progress"], logs / "o401.log"),
-        ]
+    strict = scripted_server(answer_everything(rows), api_key=WRONG_KEY)
+    url = strict.base_url
+    llm = ["--model", MODEL, "--server-url", url, "--no-progress"]
+    refused = [
+        run(["components", "-i", str(traces), "-o", str(out / "c401"), *llm], logs / "c401.log"),
+        run(["orchestrate", "--planner-model", MODEL, "--planner-url", url, "--data", str(data), "--out-dir",
+             str(out / "o401"), "--prompt-mode", "raw", "--no-progress"], logs / "o401.log"),
+    ]
     for result in refused:
         assert result.returncode == 2 and "Traceback" not in result.stderr
         assert "refused the API key (HTTP 401)" in result.stderr and "OPENAI_API_KEY" in result.stderr
@@ -162,21 +162,21 @@ def test_rejected_keys_are_not_repeated_in_errors(tmp_path: Path) -> None:
     def echo(status: int):
         return lambda body, endpoint: Reply(status=status, error=f"Incorrect API key provided: {KEY}. Bearer {KEY}")
 
-    with FakeServer(echo(401)) as echoing:
-        llm = ["--model", MODEL, "--server-url", echoing.base_url, "--no-progress", "--max-retries", "0"]
-        stopped = run(["components", "-i", str(traces), "-o", str(out / "c-echo"), *llm], logs / "c-echo.log")
-        orchestrated = run(["orchestrate", "--planner-model", MODEL, "--planner-url", echoing.base_url, "--data", str(data),
-                            "--out-dir", str(out / "o-echo"), "--prompt-mode", "raw", "--max-retries", "0", "--no-progress"],
-                           logs / "o-echo.log")
+    echoing = scripted_server(echo(401))
+    llm = ["--model", MODEL, "--server-url", echoing.base_url, "--no-progress", "--max-retries", "0"]
+    stopped = run(["components", "-i", str(traces), "-o", str(out / "c-echo"), *llm], logs / "c-echo.log")
+    orchestrated = run(["orchestrate", "--planner-model", MODEL, "--planner-url", echoing.base_url, "--data", str(data),
+                        "--out-dir", str(out / "o-echo"), "--prompt-mode", "raw", "--max-retries", "0", "--no-progress"],
+                       logs / "o-echo.log")
     assert stopped.returncode == 2 and "authentication failure (HTTP 401)" in stopped.stderr and "***" in stopped.stderr
     assert orchestrated.returncode == 3  # finished, every problem failed (README "Exit codes")
     records = [json.loads(line) for line in (out / "o-echo" / "records.jsonl").read_text().splitlines()]
     assert records and all(r["status"] == "error" and r["error_kind"] == "auth" and "***" in r["error"] for r in records)
 
     # 3. a server error whose body carries the key: recorded per item, scrubbed
-    with FakeServer(echo(500)) as failing:
-        llm = ["--model", MODEL, "--server-url", failing.base_url, "--no-progress", "--max-retries", "0"]
-        failed = run(["components", "-i", str(traces), "-o", str(out / "c500"), *llm], logs / "c500.log")
+    failing = scripted_server(echo(500))
+    llm = ["--model", MODEL, "--server-url", failing.base_url, "--no-progress", "--max-retries", "0"]
+    failed = run(["components", "-i", str(traces), "-o", str(out / "c500"), *llm], logs / "c500.log")
     assert failed.returncode == 3  # finished, every item failed (README "Exit codes")
     records = [json.loads(line) for line in (out / "c500" / "records.jsonl").read_text().splitlines()]
     assert records and all(r["status"] == "llm_server_error" and "***" in r["error"] for r in records)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_server import FakeServer
+from tests.fake_server import ScriptedServer
 
 from sprint import cli
 from sprint.core.errors import UserError
@@ -68,7 +68,8 @@ def test_registered_task_is_listed_and_built(echo: None) -> None:
         get_task("chess")  # the error lists every registered task
 
 
-def test_toy_task_runs_through_orchestration_and_evaluate(echo: None, tmp_path: Path, tok_dir: Path) -> None:
+def test_toy_task_runs_through_orchestration_and_evaluate(echo: None, tmp_path: Path, tok_dir: Path,
+                                                          scripted_server: ScriptedServer) -> None:
     data = tmp_path / "echo.jsonl"
     data.write_text("".join(json.dumps({"question": f"Say the word {w}.", "answer": w, "id": f"e{i}"}) + "\n"
                             for i, w in enumerate(WORDS)))
@@ -86,11 +87,11 @@ def test_toy_task_runs_through_orchestration_and_evaluate(echo: None, tmp_path: 
         said = "pear" if word == "stone" else word  # the model gets the last one wrong
         return f"<Final_answer>\nThe word is {said}\n</Final_answer>"
 
-    with FakeServer(planner_and_executor) as srv:
-        orchestrate(OrchestrationConfig(
-            planner_model="test-model", planner_server_url=srv.base_url, out_dir=str(tmp_path / "run"),
-            data=str(data), task="echo", prompt_mode="raw", agent_prompt=str(agent), planner_max_tokens=200,
-            max_tokens=100, max_retries=0, timeout=20.0), progress=False)
+    srv = scripted_server(planner_and_executor)
+    orchestrate(OrchestrationConfig(
+        planner_model="test-model", planner_server_url=srv.base_url, out_dir=str(tmp_path / "run"),
+        data=str(data), task="echo", prompt_mode="raw", agent_prompt=str(agent), planner_max_tokens=200,
+        max_tokens=100, max_retries=0, timeout=20.0), progress=False)
     records = {r["id"]: r for r in map(json.loads, (tmp_path / "run" / "records.jsonl").read_text().splitlines())}
     assert sorted(records) == ["e0", "e1", "e2"]
     assert all(r["status"] == "ok" and r["task"] == "echo" and r["gold"] == w

@@ -16,7 +16,8 @@ import pytest
 from sprint import cli
 from sprint.inference.baseline import BaselineConfig, baseline
 from sprint.timing.latency import LatencyModel, load_latency_model
-from sprint.timing.latency_fit import CallSample, decode_concurrency, fit_latency, summarize_timing, timing_table
+from sprint.core.calls import CallRecord
+from sprint.timing.latency_fit import decode_concurrency, fit_latency, summarize_timing, timing_table
 from sprint.timing.replay_server import ReplayConfig
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 from sprint.timing.time_replay import (
@@ -30,7 +31,7 @@ from sprint.timing.time_replay import (
     replay_problem,
 )
 from sprint.format.trajectory import load_tokenizer
-from fake_server import FakeServer, Reply
+from tests.fake_server import FakeServer, Reply
 
 AGENT = "Solve it in phases."
 PLAN_1 = "Split it.\n<prompt_1.1> Add 2 and 3. </prompt_1.1>\nThen check.\n<prompt_1.2> Count up. </prompt_1.2>\nDone."
@@ -112,7 +113,7 @@ def test_call_plan_is_exactly_what_the_orchestrator_sent(tmp_path: Path, shared_
     assert [p.lengths for p in plans] == ["recorded", "recorded"]
     # the same contexts, as many times each (the redrawn plan of phase 2 was sent twice)
     assert Multiset(c.context for p in plans for c in p.calls) == Multiset(sent)
-    roles = {p.id: [(c.role, c.phase, c.prompt, c.draw) for c in p.calls] for p in plans}
+    roles = {p.id: [(c.call.role, c.call.phase, c.call.prompt, c.call.draw) for c in p.calls] for p in plans}
     assert roles["p0"] == [("planner", 1, None, 1), ("executor", 1, "1.1", 1), ("executor", 1, "1.2", 1),
                            ("planner", 2, None, 1), ("planner", 2, None, 2), ("executor", 2, "2.1", 1),
                            ("planner", 3, None, 1)]
@@ -121,9 +122,9 @@ def test_call_plan_is_exactly_what_the_orchestrator_sent(tmp_path: Path, shared_
     for plan, record in zip(sorted(plans, key=lambda p: p.id), sorted(_records(run), key=lambda r: r["id"])):
         recorded = sorted((c["role"], c["phase"], c["prompt"] or "", c["draw"], c["completion_tokens"])
                           for c in record["calls"])
-        planned = sorted((c.role, c.phase, c.prompt or "", c.draw, c.tokens) for c in plan.calls)
+        planned = sorted((c.call.role, c.call.phase, c.call.prompt or "", c.call.draw, c.tokens) for c in plan.calls)
         assert planned == recorded
-    redrawn = next(c for c in plans[0].calls if c.phase == 2 and c.draw == 1)
+    redrawn = next(c for c in plans[0].calls if c.call.phase == 2 and c.call.draw == 1)
     assert redrawn.tokens == 60  # cut at the planner's token limit, as recorded
 
 
@@ -131,7 +132,7 @@ def test_stream_release_points_are_where_each_prompt_closed(tmp_path: Path) -> N
     with FakeServer(Script()) as srv:
         run = _orchestrate(tmp_path, srv, "stream", n=1)
     [plan] = _plans(run, "stream")
-    by_name = {c.prompt: c for c in plan.calls if c.role == "executor"}
+    by_name = {c.call.prompt: c for c in plan.calls if c.call.role == "executor"}
     # "<Plan_1>", "Split", "it.", "<prompt_1.1>", "Add", "2", "and", "3.", "</prompt_1.1>": 9 words
     assert by_name["1.1"].release == 9
     assert by_name["1.2"].release == 9 + 6  # "Then check. <prompt_1.2> Count up. </prompt_1.2>"
@@ -141,7 +142,7 @@ def test_stream_release_points_are_where_each_prompt_closed(tmp_path: Path) -> N
                                            "\n\n<Execution_1>\n<execution_1.1>\n")
     [barrier] = _plans(run, "barrier")
     assert all(c.release is None for c in barrier.calls)
-    assert next(c for c in barrier.calls if c.prompt == "1.1").context.endswith(
+    assert next(c for c in barrier.calls if c.call.prompt == "1.1").context.endswith(
         "Done.\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n")
 
 
@@ -150,7 +151,7 @@ def test_forced_final_answer_is_its_own_call(tmp_path: Path) -> None:
         run = _orchestrate(tmp_path, srv, "barrier", n=1, max_phases=2)
     [plan] = _plans(run, "barrier")
     final = plan.calls[-1]
-    assert (final.role, final.phase, final.prompt) == ("final", 2, "final")
+    assert (final.call.role, final.call.phase, final.call.prompt) == ("planner", 2, "final")  # the forced answer
     assert final.context.endswith("</Execution_1>\n\n<Final_answer>\n")
     assert final.context in [body["prompt"] for _, body in srv.completion_requests]
 
@@ -171,7 +172,7 @@ def test_authors_layout_counts_lengths_from_the_text(tmp_path: Path) -> None:
     assert planner.context == head and planner.tokens == words("<Plan_1>\nGo.\n<prompt_1.1> Add one and one. </prompt_1.1>\n</Plan_1>")
     assert executor.context == head + "<Plan_1>\nGo.\n<prompt_1.1> Add one and one. </prompt_1.1>\n\n<Execution_1>\n<execution_1.1>\n"
     assert executor.tokens == words("It is two.\n</execution_1.1>") and executor.release == 8  # <Plan_1> Go. <prompt_1.1> Add one and one. </prompt_1.1>
-    assert answer.role == "planner" and answer.phase == 2 and answer.tokens == words("<Final_answer>\nSo \\boxed{2}.\n</Final_answer>")
+    assert answer.call.role == "planner" and answer.call.phase == 2 and answer.tokens == words("<Final_answer>\nSo \\boxed{2}.\n</Final_answer>")
 
 
 # ---- replaying on a server --------------------------------------------------------------------
@@ -187,11 +188,17 @@ def _engine(srv: FakeServer, shared_data: Path) -> Engine:
     return Engine(srv.base_url, "test-model", tok, 20.0, 0.6, 0.95)
 
 
+def _planned(role: str, phase: int, prompt: str | None, context: str, tokens: int,
+             release: int | None = None) -> PlannedCall:
+    return PlannedCall(CallRecord(role, phase, prompt, completion_tokens=tokens), context, release)
+
+
 def _one_phase(release: tuple[int | None, int | None]) -> ProblemPlan:
-    planner = PlannedCall("planner", 1, None, "plan context", 30)
-    executors = [PlannedCall("executor", 1, "1.1", "context 1", 5, release[0]),
-                 PlannedCall("executor", 1, "1.2", "context 2", 5, release[1])]
-    return ProblemPlan("x", "t", [Step([planner], executors), Step([PlannedCall("planner", 2, None, "final ctx", 4)])], "recorded")
+    planner = _planned("planner", 1, None, "plan context", 30)
+    executors = [_planned("executor", 1, "1.1", "context 1", 5, release[0]),
+                 _planned("executor", 1, "1.2", "context 2", 5, release[1])]
+    return ProblemPlan("x", "t", [Step([planner], executors), Step([_planned("planner", 2, None, "final ctx", 4)])],
+                       "recorded")
 
 
 @pytest.mark.parametrize("release", [(None, None), (5, 20)])
@@ -204,9 +211,10 @@ def test_executors_start_at_their_release_point(shared_data: Path, release: tupl
             finally:
                 await engine.aclose()
 
-        calls = asyncio.run(go())
-    planner, ex1, ex2, final = calls[0], *sorted(calls[1:3], key=lambda c: c.prompt), calls[3]
-    assert [c.completion_tokens for c in calls] == [30, 5, 5, 4] == [c.forced_tokens for c in calls]
+        measured = asyncio.run(go())
+    calls = [m.call for m in measured]
+    planner, ex1, ex2, final = calls[0], *sorted(calls[1:3], key=lambda c: c.prompt or ""), calls[3]
+    assert [c.completion_tokens for c in calls] == [30, 5, 5, 4] == [m.planned.tokens for m in measured]
     assert final.start >= max(ex1.end, ex2.end)  # the next phase waits for every executor
     bodies = [b for _, b in srv.completion_requests]
     assert all(b["min_tokens"] == b["max_tokens"] and b["ignore_eos"] is True and b["cache_salt"] == "salt" for b in bodies)
@@ -249,7 +257,7 @@ def test_summary_pairs_problems_and_buckets_by_baseline_length() -> None:
     assert s["stream_vs_barrier"]["speedup"] == pytest.approx(6 / 4)
 
 
-def simulate(model: LatencyModel, arrivals: list[tuple[float, int, int]]) -> list[CallSample]:
+def simulate(model: LatencyModel, arrivals: list[tuple[float, int, int]]) -> list[CallRecord]:
     """An engine that behaves as the latency model says, per-call clocks as in the replay server:
     prefill from arrival, then one token per step, each step `model.step(sequences decoding now)`."""
     events = [(t + model.prefill(p), 0, i) for i, (t, p, n) in enumerate(arrivals)]
@@ -268,7 +276,8 @@ def simulate(model: LatencyModel, arrivals: list[tuple[float, int, int]]) -> lis
             end[i] = t
             continue
         heapq.heappush(events, (t + model.step(decoding), 1, i))
-    return [CallSample(arrivals[i][0], first[i], end[i], arrivals[i][1], arrivals[i][2]) for i in range(len(arrivals))]
+    return [CallRecord("executor", 1, prompt_tokens=arrivals[i][1], completion_tokens=arrivals[i][2], start=arrivals[i][0],
+                       end=end[i], first_token=first[i]) for i in range(len(arrivals))]
 
 
 @pytest.mark.parametrize("truth", [
@@ -391,7 +400,7 @@ def test_command_writes_timing_and_report(tmp_path: Path, shared_data: Path, cap
     assert set(timing["methods"]) == {"barrier", "stream", "baseline"}
     problem = timing["methods"]["stream"]["problems"][0]
     bars = from_calls(problem["calls"], "measured", origin=0.0).bars
-    assert [b.name for b in bars if b.role == "executor"][:2] == ["1.1", "1.2"]
+    assert [b.call.prompt for b in bars if b.role == "executor"][:2] == ["1.1", "1.2"]
     assert max(b.end for b in bars) == pytest.approx(problem["seconds"], abs=0.05)
     assert "| baseline |" in (out / "report.md").read_text()
     assert cli.main(["time-replay", str(run), "--server", "http://127.0.0.1:9/v1", "--model", "m",

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from sprint.evaluation.evaluate import batch_counts
-from sprint.format.tokencount import fast_spec, load_counter
+from sprint.format.tokencount import batch_counts, fast_spec, load_counter
 from sprint.format.trajectory import token_counter
 
 TOKENIZERS = ("deepseek-r1-distill-qwen-7b", "qwen2.5-7b-instruct")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sprint.format import tags
+from sprint.format.boxed import last_boxed
 from sprint.format.trajectory import (
     Execution,
     Phase,
@@ -14,7 +16,10 @@ from sprint.format.trajectory import (
     TrajectoryError,
     count_tokens,
     normalize_plan,
+    open_execution,
+    open_executions,
     parse,
+    render_prompt,
     strip_tags,
     token_counter,
 )
@@ -145,3 +150,27 @@ def test_real_tokenizer_counts_example():
     assert counts.planner + counts.executor == ph1.plan + sum(ph1.executions) + counts.phases[1].plan + count(traj.final_answer)
     assert counts.total == count(EXAMPLE.read_text().split("</Question>\n\n", 1)[1].rstrip("\n"))  # tags included
     assert counts.sequential < counts.sequential_decoded < counts.total
+
+
+def test_context_helpers_build_what_callers_continue() -> None:
+    """The contexts orchestration, the schedules and time-replay send, built from the format's helpers."""
+    phase = Phase(2, "a " + render_prompt("2.1", "x") + " b", [Execution("2.1", "y")])
+    prompt = phase.prompts[0]
+    assert phase.streamed_plan(prompt) == "<Plan_2>\na <prompt_2.1> x </prompt_2.1>"
+    assert open_executions(phase.render_plan(), 2) == "<Plan_2>\na <prompt_2.1> x </prompt_2.1> b\n</Plan_2>\n\n<Execution_2>\n"
+    assert open_execution("2.1") == "<execution_2.1>\n"
+    traj = Trajectory("q", [Phase(1, "p"), phase])
+    assert traj.render_context() == traj.render_body() + "\n\n" and Trajectory("q").render_context() == ""
+    assert traj.answer() is None and last_boxed("so \\boxed{\\frac{1}{2}}.") == "\\frac{1}{2}"
+
+
+def test_last_tag_reads_what_a_prompt_ends_with() -> None:
+    head = "<Question>\nq\n</Question>\n\n<think>\n"
+    executor = tags.last_tag(head + "<execution_1.3>\n")
+    assert executor is not None and executor.opens_execution and (executor.phase, executor.prompt) == (1, "1.3")
+    assert [t is not None and t.is_boundary for t in map(tags.last_tag, (head, head + "<Execution_2>x</Execution_2>"))] == [True, True]
+    plan = tags.last_tag(head + tags.plan_open(4))
+    assert plan is not None and plan.opens_plan and plan.phase == 4 and not plan.is_boundary
+    final = tags.last_tag(head + tags.FINAL)
+    assert final is not None and final.opens_final and final.text == "<Final_answer>"
+    assert tags.last_tag("no tags at all") is None

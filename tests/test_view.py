@@ -3,24 +3,31 @@ the static site built from run folders (rows, escaping, barrier vs stream, model
 
 from __future__ import annotations
 
+import builtins
+import io
 import json
 import re
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from sprint.viewer import timeline as TL
 from sprint.core.errors import UserError
+from sprint.evaluation.runs import run_fingerprint
+from sprint.format import trajectory
 from sprint.timing.latency import LatencyModel, critical_path_timeline
 from sprint.format.trajectory import Execution, Phase, Trajectory, parse, render_prompt
-from sprint.viewer.site import ViewConfig, build, plan_html
+from sprint.viewer.pages import ProblemView, _row, plan_html
+from sprint.viewer.site import ViewConfig, build
 
 T0 = 1_700_000_000.0  # an epoch origin: records store time.time()
 
 
 def call(role: str, phase: int, prompt: str | None, start: float, end: float, *, kept: bool = True,
          draw: int = 1, error: str | None = None) -> dict:
-    """One call as orchestration stores it in records.jsonl (CallRecord fields)."""
+    """One call as orchestration stores it in records.jsonl (sprint.core.calls.CallRecord's keys)."""
     return {"role": role, "phase": phase, "prompt": prompt, "prompt_tokens": 10, "completion_tokens": 20,
             "finish_reason": "stop", "start": T0 + start, "end": T0 + end, "cached": False, "draw": draw,
             "run": 1, "kept": kept, "error": error}
@@ -96,7 +103,7 @@ def test_redrawn_plan_and_retried_executor_are_on_the_path() -> None:
         call("planner", 2, None, 6, 7),
     ]
     t = TL.from_calls(calls, "x", origin=T0)
-    crit = [(b.lane, b.draw) for b in t.bars if b.critical]
+    crit = [(b.lane, b.call.draw) for b in t.bars if b.critical]
     assert crit == [("plan 1", 1), ("plan 1", 2), ("exec 1.1", 1), ("exec 1.1", 2), ("plan 2", 1)]
 
 
@@ -138,7 +145,7 @@ def test_modelled_paths_count_like_the_tokenizer(tok_dir: str) -> None:
     for schedule in ("barrier", "stream"):
         want = critical_path_timeline(traj, model, exact, schedule)
         assert fast[schedule].total == pytest.approx(want.total, rel=0.001)
-        assert [c.name for c in fast[schedule].calls] == [c.name for c in want.calls]
+        assert [c.label for c in fast[schedule].calls] == [c.label for c in want.calls]
 
 
 def test_baseline_bar_is_not_part_of_the_path() -> None:
@@ -150,8 +157,6 @@ def test_baseline_bar_is_not_part_of_the_path() -> None:
 
 
 def test_missing_figures_show_a_dash() -> None:
-    from sprint.viewer.site import ProblemView, _row
-
     row = _row(ProblemView("p1", "run", None, None, {"id": "p1", "sequential": 10, "correct": True}), "p1.html")
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
     assert cells[4] == "10" and cells[5] == "–" and cells[6] == "–" and cells[7] == "–"  # decoded, baseline, reduction
@@ -329,7 +334,7 @@ def test_reusing_an_evaluation_copies_its_figures(site: Path, tmp_path: Path, to
 def test_evaluation_report_links_to_the_viewer(site: Path, tmp_path: Path, tok_dir: str) -> None:
     """The viewer's own evaluation links back to it; a later `evaluate` of the run finds `<run>/view`."""
     from sprint.evaluation.evaluate import evaluate
-    from sprint.viewer.site import viewer_link
+    from sprint.evaluation.report import viewer_link
 
     assert "[the run viewer](../index.html)" in (site / "evaluation" / "report.md").read_text()
     run = tmp_path / "barrier"
@@ -339,6 +344,45 @@ def test_evaluation_report_links_to_the_viewer(site: Path, tmp_path: Path, tok_d
     report = ev.files["report"].read_text()
     assert "[the run viewer](../barrier/view/index.html)" in report
     assert (tmp_path / "eval" / "../barrier/view/index.html").resolve().is_file()
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["evaluating", "reusing-an-evaluation"])
+def test_view_reads_records_once_and_parses_each_trajectory_once(
+        site: Path, tmp_path: Path, tok_dir: str, monkeypatch: pytest.MonkeyPatch, reuse: bool) -> None:
+    """`sprint view` builds on the evaluation it runs (or reuses): every records.jsonl is opened once,
+    every SPRINT text parsed once, whichever module would do it; the manifest's fingerprints are
+    still those of the files on disk."""
+    opened: Counter[str] = Counter()
+    parsed: Counter[str] = Counter()
+    real_open, real_parse = io.open, trajectory.parse
+
+    def counting_open(file, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003 - open()'s own signature
+        if str(file).endswith("records.jsonl"):
+            opened[str(Path(file).parent.name)] += 1
+        return real_open(file, *args, **kwargs)
+
+    def counting_parse(text: str, strict: bool = True) -> trajectory.Trajectory:
+        parsed[text] += 1
+        return real_parse(text, strict)
+
+    monkeypatch.setattr(io, "open", counting_open)
+    monkeypatch.setattr(builtins, "open", counting_open)
+    for name, module in list(sys.modules.items()):  # every module that took `parse` by name
+        if name.startswith("sprint") and getattr(module, "parse", None) is real_parse:
+            monkeypatch.setattr(module, "parse", counting_parse)
+    runs = [str(tmp_path / "barrier"), str(tmp_path / "stream")]
+    out = tmp_path / ("again" if reuse else "fresh")
+    build(ViewConfig(runs=runs, baseline=[str(tmp_path / "base")], planner_tokenizer=tok_dir, out=str(out),
+                     bootstrap=0, evaluation=str(site / "evaluation") if reuse else None))
+    assert opened == {"barrier": 1, "stream": 1, "base": 1}
+    texts = [json.loads(line)["trajectory"] for run in runs for line in Path(run, "records.jsonl").read_text().splitlines()]
+    assert sum(parsed[t] for t in set(texts)) == len(texts) == 6  # each run's problem once (the runs share texts)
+    assert (out / "problems" / "p0.html").is_file()
+    if not reuse:
+        monkeypatch.undo()
+        manifest = json.loads((out / "evaluation" / "manifest.json").read_text())
+        assert manifest["inputs"]["runs"] == [run_fingerprint(r) for r in runs]
+        assert manifest["inputs"]["baselines"] == [run_fingerprint(tmp_path / "base")]
 
 
 def test_time_replay_measurements_are_drawn_as_measured_timelines(tmp_path: Path, tok_dir: str) -> None:

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_view import BARRIER, STREAM, write_baseline, write_run
+from tests.test_view import BARRIER, STREAM, write_baseline, write_run
 
 from sprint.viewer.site import ViewConfig, build
 
@@ -51,8 +51,7 @@ def site(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
     if not (tok / "tokenizer.json").is_file():
         pytest.skip(f"tokenizer missing at {tok}")
     root = tmp_path_factory.mktemp("browser")
-    import test_view
-
+    from tests import test_view
     original = test_view.PAYLOAD
     test_view.PAYLOAD = ATTACK  # the runs' model text carries a live payload
     try:

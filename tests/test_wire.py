@@ -11,7 +11,7 @@ import http.client
 import json
 
 import pytest
-from fake_server import FakeServer
+from tests.fake_server import FakeServer
 
 from sprint.timing import wire
 from sprint.timing.wire import Generation, Splitter, generate

@@ -12,7 +12,7 @@ import dataclasses
 import re
 import types
 import typing
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from sprint.core.errors import UserError
 
@@ -163,11 +163,23 @@ def check_range(cls: type, name: str, value: float, low: float | None = None, hi
         raise UserError(f"{flag_name(cls, name)} must be {bounds}, got {value}")
 
 
-def add_command(subparsers: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int],
-                *classes: type, help: str, description: str | None = None) -> argparse.ArgumentParser:
-    """A subcommand whose flags come from the config dataclass(es) `classes`; returns its parser."""
-    parser = subparsers.add_parser(name, help=help, description=description, formatter_class=HelpFormatter)
-    for cls in classes:
-        add_options(parser, cls)
-    parser.set_defaults(func=handler)
+class CommandModule(Protocol):
+    """What the module behind a `sprint` command provides. sprint.cli's table names the module and
+    writes the command's one-line help; the module is imported only when its command is chosen."""
+
+    def register(self, parser: argparse.ArgumentParser) -> None:
+        """Give the command's parser its description and arguments."""
+
+    def handle(self, args: argparse.Namespace) -> int:
+        """Run the command; returns its exit code (sprint.core.errors)."""
+
+
+def add_command(subparsers: argparse._SubParsersAction, name: str, help: str,
+                module: CommandModule) -> argparse.ArgumentParser:
+    """The one way a subcommand is made, so every command has the same help formatter, its one-line `help`
+    written once (in the table) and its handler under one name: `module.register(parser)` adds the
+    description and flags, `module.handle(args)` runs it."""
+    parser = subparsers.add_parser(name, help=help, formatter_class=HelpFormatter)
+    module.register(parser)
+    parser.set_defaults(func=module.handle)
     return parser

@@ -5,16 +5,18 @@ with `python -m vllm.entrypoints.openai.run_batch -i in.jsonl -o out.jsonl --mod
 own code stays the one source of truth for prompts and records; batch mode only changes how the
 answers arrive:
 
-1. collect: each pending item runs through the stage's `process` with a client that answers from
-   the response cache and notes the first request it cannot answer (the item stops there);
-   those requests become the batch, one line per item (`custom_id` = the item id);
+1. collect: each pending item runs through the run's per-item body (the one the online path runs,
+   with the same options, e.g. --strict) with a client that answers from the response cache and
+   notes the first request it cannot answer (the item stops there); those requests become the
+   batch, one line per item (`custom_id` = the item id);
 2. answers: `--batch` uploads the JSONL (files API), creates the batch, polls it with progress
    and downloads its output and error files (OUT_DIR/batch/state.json names a submitted batch,
    so a re-run resumes polling it instead of paying twice); `--batch-file-only` writes the JSONL
    and stops; `--batch-results FILE` reads an output file (OpenAI's or `run_batch`'s);
 3. ingest: every answer goes into the response cache under the exact key the online path uses;
-4. records: the stage then runs as usual over the items whose answers are all cached, so their
-   records are exactly the online ones, and a later re-run (any mode) costs nothing.
+4. records: `sprint.curation.stage` then runs the same body over the items whose answers are all
+   cached (`batch_answers` returns them), so their records and the manifest are exactly the online
+   ones, and a later re-run (any mode) costs nothing.
 
 An item whose request failed in the batch, or whose stage asks a follow-up question, is collected
 again: `--batch` submits up to MAX_ROUNDS batches, then asks what is left online; the file modes
@@ -27,15 +29,16 @@ import asyncio
 import hashlib
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sprint.core.data import Item, fingerprint
+from sprint.core.data import Item
 from sprint.core.errors import UserError
-from sprint.llm.client import Completion, LLMClient, LLMConfig, Sampling
-from sprint.core.records import RunDir, atomic_write
-from sprint.curation.stage import LLMStage, LLMStageConfig, StageOutcome, crash_record, run_stage
+from sprint.core.records import atomic_write
+from sprint.curation.stage_config import LLMStageConfig
+from sprint.llm.client import Completion, LLMClient, Sampling
 
 BATCH_DIR = "batch"  # under the stage's output folder
 STATE_FILE = "state.json"  # the submitted batch a re-run resumes
@@ -43,9 +46,14 @@ MAX_ROUNDS = 3  # batches per run before the rest goes online (failed requests, 
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 FINAL_STATUSES = ("completed", "failed", "expired", "cancelled")
 
+# One item through the run's per-item body (`sprint.curation.stage.ItemBody`) with the given client.
+RunItem = Callable[[Item, Any], Awaitable[dict[str, Any]]]
+
 
 @dataclass(frozen=True)
 class BatchMode:
+    """How the answers of a batch-mode run arrive (`check_batch_options`)."""
+
     kind: str  # "submit" | "file" | "results"
     results: Path | None = None
 
@@ -79,6 +87,8 @@ class Deferred(Exception):
 
 @dataclass
 class Request:
+    """The one uncached request an item is waiting for: what the online path would send."""
+
     kind: str  # "chat" | "completions"
     payload: Any  # messages or prompt
     sampling: Sampling
@@ -106,15 +116,17 @@ class CollectingClient:
         raise Deferred
 
 
-async def collect(stage: LLMStage, items: list[Item], client: LLMClient, template: str,
-                  sampling: Sampling) -> tuple[dict[str, Request], list[Item]]:
-    """(the uncached request of each item that needs one, the items whose answers are all cached)."""
+async def collect(body: RunItem, items: list[Item], client: LLMClient) -> tuple[dict[str, Request], list[Item]]:
+    """(the uncached request of each item that needs one, the items whose answers are all cached).
+
+    `body` is the run's per-item body, so an item asks here exactly what it asks online.
+    """
     requests: dict[str, Request] = {}
     ready: list[Item] = []
     for item in items:
         stand_in = CollectingClient(client)
         try:
-            await stage.process(item, stand_in, template, sampling)  # type: ignore[arg-type]
+            await body(item, stand_in)
         except Deferred:
             assert stand_in.request is not None
             requests[item.id] = stand_in.request
@@ -133,6 +145,7 @@ def request_line(custom_id: str, model: str, request: Request) -> dict[str, Any]
 
 
 def requests_text(model: str, requests: dict[str, Request]) -> str:
+    """A Batch API input file: one line per request, `custom_id` = the item id."""
     return "".join(json.dumps(request_line(i, model, r), ensure_ascii=False) + "\n" for i, r in requests.items())
 
 
@@ -270,61 +283,47 @@ def _read_state(path: Path) -> dict | None:
     return state if isinstance(state, dict) and state.get("batch_id") else None
 
 
-# ------------------------------------------------------------------------------------------ the stage
+# ------------------------------------------------------------------------------------------ the answers
 
 
-async def run_batch_stage(stage: LLMStage, cfg: LLMStageConfig, run: RunDir, llm: LLMConfig, items: list[Item],
-                          template: str, sampling: Sampling, mode: BatchMode) -> StageOutcome:
-    """`run_llm_stage` in batch mode (see the module docstring); records as the online path writes them."""
-    inputs = {"source": cfg.input, "rows": len(items), "fingerprint": fingerprint(cfg.input, items)}
-    run.manifest_fields = {"inputs": inputs, "prompts": {stage.prompt_name: template}}
-    folder = run.path / BATCH_DIR
+async def batch_answers(body: RunItem, cfg: LLMStageConfig, folder: Path, client: LLMClient, pending: list[Item],
+                        mode: BatchMode) -> tuple[list[Item], list[str]]:
+    """Bring the answers the pending items need into the response cache by the mode's route.
+
+    Returns (the items to run now: those whose answers are all cached, plus, after MAX_ROUNDS
+    batches, those left to ask online; lines for the summary). The caller runs them through the
+    same `body` as an online run, so batch mode writes the online records and manifest.
+    """
+    model = client.config.model
     notes: list[str] = []
-    async with LLMClient(llm) as client:
-        pending = [it for it in items if not run.is_done(it.id)]
-        requests, ready = await collect(stage, pending, client, template, sampling)
-        online: list[Item] = []
-        failed: dict[str, str] = {}
-        if mode.kind == "results":
-            assert mode.results is not None
-            results = parse_results(mode.results.read_text(encoding="utf-8"), str(mode.results))
+    requests, ready = await collect(body, pending, client)
+    online: list[Item] = []
+    failed: dict[str, str] = {}
+    if mode.kind == "results":
+        assert mode.results is not None
+        results = parse_results(mode.results.read_text(encoding="utf-8"), str(mode.results))
+        answered, failed = ingest(client, requests, results)
+        notes.append(f"batch: ingested {answered} answers from {mode.results}"
+                     + (f"; {len(failed)} requests without one" if failed else ""))
+        requests, ready = await collect(body, pending, client)
+    elif mode.kind == "submit":
+        if requests and cfg.check_server:
+            await client.check()
+        rounds = 0
+        while requests and rounds < MAX_ROUNDS:
+            rounds += 1
+            results = await submit_and_wait(client, folder, requests_text(model, requests), cfg.batch_poll)
             answered, failed = ingest(client, requests, results)
-            notes.append(f"batch: ingested {answered} answers from {mode.results}"
-                         + (f"; {len(failed)} requests without one" if failed else ""))
-            requests, ready = await collect(stage, pending, client, template, sampling)
-        elif mode.kind == "submit":
-            if requests and cfg.check_server:
-                await client.check()
-            rounds = 0
-            while requests and rounds < MAX_ROUNDS:
-                rounds += 1
-                results = await submit_and_wait(client, folder, requests_text(llm.model, requests), cfg.batch_poll)
-                answered, failed = ingest(client, requests, results)
-                notes.append(f"batch round {rounds}: {answered} answered, {len(failed)} failed")
-                requests, ready = await collect(stage, pending, client, template, sampling)
-            online = [it for it in pending if it.id in requests]  # still unanswered: ask them online
-            if online:
-                notes.append(f"batch: {len(online)} items asked online after {rounds} batches")
-        if mode.kind in ("file", "results") and requests:
-            path = write_requests(folder, requests_text(llm.model, requests))
-            notes.append(f"batch: {len(requests)} requests written to {path}; run them (e.g. `python -m "
-                         f"vllm.entrypoints.openai.run_batch -i {path} -o OUT.jsonl --model MODEL`), then re-run "
-                         "with --batch-results OUT.jsonl")
-        for item_id, why in list(failed.items())[:3]:
-            notes.append(f"  {item_id}: {why}")
-        todo = ready + online
-        outcome = await run_stage(
-            stage.name, todo, lambda item: stage.process(item, client, template, sampling), run,
-            workers=cfg.num_workers,
-            on_crash=lambda item, exc: crash_record(stage.base_record(item), exc),
-            usage=client.usage.as_dict, usage_key=f"{stage.name}_usage",
-            manifest=lambda used: run.write_manifest(inputs=inputs, prompts={stage.prompt_name: template}, usage=used),
-            progress=cfg.progress,
-        )
-    outcome.total = len(items)
-    outcome.skipped = len(items) - len(pending)
-    outcome.item_ids = [it.id for it in items]
-    outcome.notes.extend(notes)
-    if stage.notes is not None:
-        outcome.notes.extend(stage.notes(run))
-    return outcome
+            notes.append(f"batch round {rounds}: {answered} answered, {len(failed)} failed")
+            requests, ready = await collect(body, pending, client)
+        online = [it for it in pending if it.id in requests]  # still unanswered: ask them online
+        if online:
+            notes.append(f"batch: {len(online)} items asked online after {rounds} batches")
+    if mode.kind in ("file", "results") and requests:
+        path = write_requests(folder, requests_text(model, requests))
+        notes.append(f"batch: {len(requests)} requests written to {path}; run them (e.g. `python -m "
+                     f"vllm.entrypoints.openai.run_batch -i {path} -o OUT.jsonl --model MODEL`), then re-run "
+                     "with --batch-results OUT.jsonl")
+    for item_id, why in list(failed.items())[:3]:
+        notes.append(f"  {item_id}: {why}")
+    return ready + online, notes

@@ -1,301 +1,31 @@
 """Stage 1, component separation: cut a reasoning trace into plan / execution / comment components.
 
-The trace is split into numbered sentence-level lines, an LLM names the line ranges of each
-component, and the answer is parsed and checked here before anything downstream trusts it.
-Records keep both the ranges and the texts they resolve to, so later stages never need the lines.
+The trace is split into numbered sentence-level lines (`sprint.curation.trace_lines`), an LLM names
+the line ranges of each component, and the answer is read (`sprint.curation.component_answer`) and
+checked here before anything downstream trusts it: what cannot be rendered is rejected, other
+defects are kept as named warnings. Records keep both the ranges and the texts they resolve to, so
+later stages never need the lines.
 """
 
 from __future__ import annotations
 
 import argparse
-import bisect
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sprint.curation.component_markdown import markdown_components
 from sprint.core.data import Item
 from sprint.llm.client import LLMClient, Sampling
 from sprint.core.options import option
 from sprint.core.records import RunDir
-from sprint.curation.stage import LLMStage, LLMStageConfig, StageOutcome, ask_checked, fill, usage_of
+from sprint.curation.ask import ask_checked, usage_of
+from sprint.curation.component_answer import AnswerError, ComponentRanges, LineRange, parse_components
+from sprint.curation.stage import LLMStage, StageOutcome
+from sprint.curation.stage_config import LLMStageConfig
+from sprint.curation.templates import fill
+from sprint.curation.trace_lines import clean_line, line_spans, number_lines, split_lines
 
 PROMPT_NAME = "component_separation"
-NOT_FOUND = "not found"
-
-# ----------------------------------------------------------------------------------------------
-# Line splitting
-# ----------------------------------------------------------------------------------------------
-
-# A sentence end: one or more of . ! ? (plus closing quotes, brackets or a closing `$`), then space.
-_SENTENCE_END = re.compile(r"[.!?]+[\"')\]$]*[ \t]+")
-# Words whose trailing period does not end a sentence ("e.g. Newton", "Fig. 3").
-ABBREVIATIONS = frozenset({"e.g", "i.e", "cf", "vs", "approx", "resp", "al", "fig", "eq", "eqs", "dr", "mr", "mrs", "ms", "prof"})
-_LIST_MARKER = re.compile(r"\s*(?:\d{1,3}|[A-Za-z]|[ivxIVX]{1,4})")
-_DISPLAY_OPEN = {"\\[": "\\]", "$$": "$$", "\\begin{align*}": "\\end{align*}", "\\begin{align}": "\\end{align}"}
-_DISPLAY_CLOSE = frozenset(_DISPLAY_OPEN.values())
-
-
-def _sentence_cuts(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    """Spans of the sentences of text[start:end] (one physical line), whitespace trimmed."""
-    spans: list[tuple[int, int]] = []
-    seg = start
-    for m in _SENTENCE_END.finditer(text, start, end):
-        nxt = text[m.end()] if m.end() < end else ""
-        if not nxt or nxt.islower():
-            continue  # "… 2. then" or a trailing space: not a new sentence
-        punct = m.group(0).rstrip()
-        before = text[seg : m.start()]
-        word = before.split()[-1].lstrip("([").lower() if before.split() else ""
-        if punct.startswith(".") and word in ABBREVIATIONS:
-            continue
-        if punct == "!" and (before[-1:].isalnum() or before.endswith(")")) and not nxt.isupper():
-            continue  # a factorial such as "5! = 120" or "(n+1)! / n!"
-        if punct.startswith(".") and _LIST_MARKER.fullmatch(before):
-            continue  # "1. First, …" keeps its list marker
-        cut = m.start() + len(punct)
-        spans.append((seg, cut))
-        seg = m.end()
-    spans.append((seg, end))
-    return [_trim(text, s, e) for s, e in spans if text[s:e].strip()]
-
-
-def _trim(text: str, s: int, e: int) -> tuple[int, int]:
-    while s < e and text[s].isspace():
-        s += 1
-    while e > s and text[e - 1].isspace():
-        e -= 1
-    return s, e
-
-
-def line_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) offsets of each line of `split_lines`, so ranges map back to the original text.
-
-    Splits on newlines and sentence ends; keeps a display-math block (`\\[ … \\]`, `$$ … $$`)
-    as one line, drops empty lines.
-    """
-    spans: list[tuple[int, int]] = []
-    pos = 0
-    physical: list[tuple[int, int]] = []
-    for raw in text.splitlines(keepends=True):
-        physical.append((pos, pos + len(raw.rstrip("\r\n"))))
-        pos += len(raw)
-    stripped_lines = [text[s:e].strip() for s, e in physical]
-    # Where each closing delimiter stands alone on a line, so finding a block's end is a bisect,
-    # not a scan (a huge trace full of unclosed `\\[` lines would otherwise take quadratic time).
-    closers: dict[str, list[int]] = {}
-    for j, line in enumerate(stripped_lines):
-        if line in _DISPLAY_CLOSE:
-            closers.setdefault(line, []).append(j)
-    i = 0
-    while i < len(physical):
-        s, e = physical[i]
-        stripped = stripped_lines[i]
-        closing = _DISPLAY_OPEN.get(stripped)
-        if closing is not None:
-            at = closers.get(closing, [])
-            k = bisect.bisect_right(at, i)
-            if k < len(at):  # a closed block: one line
-                j = at[k]
-                spans.append(_trim(text, s, physical[j][1]))
-                i = j + 1
-                continue
-        if stripped:
-            spans.extend(_sentence_cuts(text, s, e))
-        i += 1
-    return spans
-
-
-def _clean(line: str) -> str:
-    return " ".join(line.split())
-
-
-def split_lines(text: str) -> list[str]:
-    """Sentence-level lines of a trace, deterministic, whitespace collapsed, none empty."""
-    return [_clean(text[s:e]) for s, e in line_spans(text)]
-
-
-def number_lines(lines: list[str]) -> str:
-    """`<Line 1> … </Line 1>` one per row, the form the component prompt shows the model."""
-    return "\n".join(f"<Line {i}> {line} </Line {i}>" for i, line in enumerate(lines, 1))
-
-
-# ----------------------------------------------------------------------------------------------
-# Parsing the model's answer
-# ----------------------------------------------------------------------------------------------
-
-
-class AnswerError(ValueError):
-    """The model's answer cannot be read (no JSON, wrong shape, a range that is not a range)."""
-
-
-LineRange = tuple[int, int]
-
-
-@dataclass
-class ComponentRanges:
-    """One component as the model gave it; ranges are 1-based and inclusive, None when absent."""
-
-    number: int
-    description: str
-    plan: LineRange | None
-    prompt: str
-    execution: LineRange | None
-    comment: LineRange | None
-
-
-_NOT_FOUND_WORDS = {"", "not found", "none", "null", "n/a", "na", "-", "no", "nothing", "absent", "not present", "not applicable"}
-_RANGE_RE = re.compile(r"(\d+)\s*(?:-|–|—|:|\.\.\.?|to|through)\s*(\d+)")
-
-
-def parse_line_range(value: Any) -> LineRange | None:
-    """Read "3-7", "Lines 3-7", "3:7", "5", 5, [3, 7], "not found", null; raise AnswerError otherwise."""
-    if value is None or value is False:
-        return None
-    if isinstance(value, bool):
-        raise AnswerError(f"{value!r} is not a line range")
-    if isinstance(value, int):
-        return (value, value)
-    if isinstance(value, float) and value.is_integer():
-        return (int(value), int(value))
-    if isinstance(value, (list, tuple)):
-        if len(value) == 0:
-            return None
-        if len(value) <= 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return (value[0], value[-1])
-        raise AnswerError(f"{value!r} is not a line range")
-    if not isinstance(value, str):
-        raise AnswerError(f"{value!r} is not a line range")
-    s = value.lower()
-    s = re.sub(r"\([^()\d]*\)", " ", s)  # a remark in brackets: "3-7 (verification)"
-    s = re.sub(r"</?\s*lines?\s*(?=\d|>)|>", " ", s)  # tags: "<Line 3> - <Line 7>"
-    s = re.sub(r"\blines?\b|\bl(?=\s*\.?\s*\d)\.?", " ", s)  # words: "Lines 3-7", "L. 5"
-    s = s.strip(" \t\n.,;:()[]\"'")
-    if s in _NOT_FOUND_WORDS or NOT_FOUND in s:
-        return None
-    m = _RANGE_RE.fullmatch(s)
-    if m:
-        return (int(m.group(1)), int(m.group(2)))
-    m = re.fullmatch(r"(\d+)", s)
-    if m:
-        return (int(m.group(1)), int(m.group(1)))
-    if re.fullmatch(r"[\d\s,;\-–:]+(?:and\s+[\d\s\-–:]+)?", s):
-        raise AnswerError(f"{value!r} is not one contiguous line range")
-    raise AnswerError(f"{value!r} is not a line range")
-
-
-def _strip_fences(text: str) -> str:
-    m = re.search(r"```[a-zA-Z]*\s*\n?(.*?)```", text, re.S)
-    return m.group(1) if m else text
-
-
-def extract_json(text: str) -> Any:
-    """The first JSON list (or object holding one) in the text, tolerating fences and prose."""
-    body = _strip_fences(text)
-    decoder = json.JSONDecoder()
-    empty = False
-    for source in (body, text):
-        for m in re.finditer(r"[\[{]", source):
-            try:
-                value, _ = decoder.raw_decode(source, m.start())
-            except json.JSONDecodeError:
-                # a trailing comma is the one slip worth forgiving
-                try:
-                    fixed = re.sub(r",\s*([\]}])", r"\1", source[m.start() :])
-                    value, _ = decoder.raw_decode(fixed)
-                except json.JSONDecodeError:
-                    continue
-            if isinstance(value, list) and value and isinstance(value[0], dict):
-                return value
-            if isinstance(value, list) and not value:
-                empty = True  # "[]": the answer, unless a real list follows
-                continue
-            if isinstance(value, dict):
-                lists = [v for v in value.values() if isinstance(v, list)]
-                if len(lists) == 1:
-                    return lists[0]
-                if {"description", "plan"} & {str(k).lower() for k in value}:
-                    return [value]
-    if empty:
-        return []
-    raise AnswerError("no JSON list of components found in the answer")
-
-
-_KEY_ALIASES = {
-    "description": "description",
-    "desc": "description",
-    "plan": "plan",
-    "plan_lines": "plan",
-    "plan_range": "plan",
-    "prompt": "prompt",
-    "execution": "execution",
-    "execution_lines": "execution",
-    "execution_range": "execution",
-    "comment": "comment",
-    "comment_lines": "comment",
-    "comment_range": "comment",
-}
-
-
-def _normalise_keys(obj: dict) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in obj.items():
-        name = _KEY_ALIASES.get(re.sub(r"[\s-]+", "_", str(key).strip().lower()))
-        if name is not None and name not in out:
-            out[name] = value
-    return out
-
-
-def _text_field(value: Any) -> str:
-    if value is None:
-        return ""
-    text = str(value).strip()
-    return "" if text.lower() in (NOT_FOUND, "none", "n/a", "null") else text
-
-
-def parse_components(text: str) -> list[ComponentRanges]:
-    """Parse the model's answer into components; raise AnswerError when it cannot be read.
-
-    The JSON list the prompt asks for is read first; an answer without one is read as the
-    markdown models often write instead (`### Component 1` / `- **Plan:** Lines 3-7`, or a
-    table with Plan / Execution columns; see `sprint.curation.component_markdown`).
-    """
-    if not text or not text.strip():
-        raise AnswerError("the answer is empty")
-    try:
-        raw = extract_json(text)
-    except AnswerError:
-        raw = markdown_components(text)
-        if raw is None:
-            raise AnswerError("no JSON list of components found in the answer (nor markdown `Component N` "
-                              "sections or a table with Plan/Execution lines)") from None
-    if not raw:
-        raise AnswerError("the answer lists no components")
-    components = []
-    for number, obj in enumerate(raw, 1):
-        if not isinstance(obj, dict):
-            raise AnswerError(f"component {number} is a JSON {type(obj).__name__}, expected an object")
-        fields = _normalise_keys(obj)
-        ranges: dict[str, LineRange | None] = {}
-        for name in ("plan", "execution", "comment"):
-            try:
-                ranges[name] = parse_line_range(fields.get(name))
-            except AnswerError as exc:
-                raise AnswerError(f"component {number}: {name} {exc}") from None
-        components.append(
-            ComponentRanges(
-                number=number,
-                description=_text_field(fields.get("description")),
-                plan=ranges["plan"],
-                prompt=_text_field(fields.get("prompt")),
-                execution=ranges["execution"],
-                comment=ranges["comment"],
-            )
-        )
-    return components
-
 
 # ----------------------------------------------------------------------------------------------
 # Validation: reject only what cannot be rendered; name everything else as a warning
@@ -527,7 +257,7 @@ async def separate_one(item: Item, client: LLMClient, template: str, sampling: S
         return {**record, "status": "no_question", "error": "the item has no question (problem) text"}
     if not spans:
         return {**record, "status": "no_thought", "error": "the item has no reasoning trace (thought) to separate"}
-    lines = [_clean(thought[s:e]) for s, e in spans]
+    lines = [clean_line(thought[s:e]) for s, e in spans]
     content = components_prompt(template, item.question, lines)
     components = await ask_checked(client, content, sampling, record, "components", parse_components, AnswerError,
                                    lambda found: validate_components(found, len(spans), strict))
@@ -572,7 +302,6 @@ def _manifest_warnings(run: RunDir) -> dict[str, Any]:
 
 COMPONENTS_STAGE = LLMStage(
     name="components",
-    help="stage 1: split reasoning traces into plan/execution components with an LLM",
     description=(
         "Stage 1 (component separation). Each trace is split into numbered sentence-level lines; an "
         "LLM returns its components (description, plan/execution/comment line ranges, prompt). "
@@ -589,7 +318,7 @@ COMPONENTS_STAGE = LLMStage(
     base_record=empty_components_record,
     process=separate_one,
     prompt_text=lambda item, template: components_prompt(
-        template, item.question, [_clean((item.thought or "")[s:e]) for s, e in line_spans(item.thought or "")]),
+        template, item.question, split_lines(item.thought or "")),
     process_options=lambda cfg: {"strict": cfg.strict},
     notes=_warnings_note,
     manifest_extra=_manifest_warnings,
@@ -605,9 +334,9 @@ def separate_components(input: str, out_dir: str | Path, **settings: Any) -> Sta
     return COMPONENTS_STAGE.run(input, out_dir, **settings)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    COMPONENTS_STAGE.add_parser(subparsers, _main)
+def register(parser: argparse.ArgumentParser) -> None:
+    COMPONENTS_STAGE.register(parser)
 
 
-def _main(args: argparse.Namespace) -> int:
-    return COMPONENTS_STAGE.main(args)
+def handle(args: argparse.Namespace) -> int:
+    return COMPONENTS_STAGE.handle(args)

@@ -22,7 +22,10 @@ from sprint.core.data import Item, check_stage_input
 from sprint.core.errors import UserError
 from sprint.llm.client import LLMClient, Sampling
 from sprint.core.options import option
-from sprint.curation.stage import LLMStage, LLMStageConfig, StageOutcome, ask_checked, fill, usage_of
+from sprint.curation.ask import ask_checked, usage_of
+from sprint.curation.stage import LLMStage, StageOutcome
+from sprint.curation.stage_config import LLMStageConfig
+from sprint.curation.templates import fill
 
 PROMPT_NAME = "dag_creation"
 REQUIRED_PLACEHOLDERS = ("question", "components")  # {num_components} is optional
@@ -261,7 +264,6 @@ def _check_components(source: str, items: list[Item]) -> None:
 
 DAG_STAGE = LLMStage(
     name="dag",
-    help="stage 2: ask an LLM which components depend on which (a parent dictionary)",
     description=(
         "Stage 2 (DAG creation). Reads the ok records of a `components` output folder, shows each "
         "record's components to an LLM and reads back a parent dictionary {component: [parents]}. "
@@ -288,9 +290,9 @@ def create_dag(input: str, out_dir: str | Path, **settings: Any) -> StageOutcome
     return DAG_STAGE.run(input, out_dir, **settings)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    DAG_STAGE.add_parser(subparsers, _main)
+def register(parser: argparse.ArgumentParser) -> None:
+    DAG_STAGE.register(parser)
 
 
-def _main(args: argparse.Namespace) -> int:
-    return DAG_STAGE.main(args)
+def handle(args: argparse.Namespace) -> int:
+    return DAG_STAGE.handle(args)

@@ -44,13 +44,14 @@ from typing import Any, Iterator
 from sprint.core.data import (QUESTION_COLUMNS, Item, check_stage_input, fingerprint, iter_jsonl, load_items, parse_range,
                          resolve_local, short_reason, to_item)
 from sprint.core.errors import UserError, failed_items_exit
-from sprint.core.options import add_command, config_from, flag_name, option
+from sprint.core.options import add_options, config_from, flag_name, option
 from sprint.curation.phases import (COMMENT_MODES, DEFAULT_AGENT_PROMPT, DEFAULT_COMMENTS, DEFAULT_MAX_PHASES, DEFAULT_SEED,
                            DEFAULT_TEST_FRAC, DEFAULT_THRESHOLD, F_DAG, F_SOLUTION, F_STATUS, F_WARNINGS,
                            FINAL_ANSWER_HEADING, MAX_PROMPTS_PER_PLAN, MERGE_SPAN, PackedComponent, PackError,
                            build_trajectory, final_answer_from_solution, packed_components)
 from sprint.format.prompt_format import sft_user_content
 from sprint.core.records import RunDir, atomic_write, text_hash
+from sprint.format.tags import THINK, THINK_END
 from sprint.format.trajectory import TAG_RE, Trajectory, render_question
 
 
@@ -162,7 +163,7 @@ def sft_assistant_content(traj: Trajectory, body: str | None = None) -> str:
     """The assistant turn: the whole trajectory after the question, inside `<think>`, without
     `**Final Answer**\n` (removed here only, as in the released data; the trajectory keeps it)."""
     text = traj.render_body() if body is None else body
-    return "<think>\n" + text.replace(FINAL_ANSWER_HEADING, "") + "\n</think>"
+    return f"{THINK}\n" + text.replace(FINAL_ANSWER_HEADING, "") + f"\n{THINK_END}"
 
 
 def sft_example(agent_prompt: str, item_id: str, traj: Trajectory, body: str | None = None) -> dict[str, Any]:
@@ -520,12 +521,11 @@ def _read_rows(path: Path) -> list[dict]:
     return list(iter_jsonl(path))
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    add_command(subparsers, "pack", _main, PackConfig,
-                help="stage 3: pack components + DAGs into trajectories and write the SFT dataset",
-                description="Pack each trace's components and DAG into a SPRINT trajectory (merge short "
-                "executions, assign phases, render plans), filter by phases and parallelism, and write "
-                "train.jsonl / test.jsonl (messages layout) plus records.jsonl, summary.json, manifest.json.")
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Pack each trace's components and DAG into a SPRINT trajectory (merge short "
+                          "executions, assign phases, render plans), filter by phases and parallelism, and write "
+                          "train.jsonl / test.jsonl (messages layout) plus records.jsonl, summary.json, manifest.json.")
+    add_options(parser, PackConfig)
 
 
 # Drops that are the recipe's filters (phases, parallelism, prompts per plan, a reference solution
@@ -536,7 +536,7 @@ FILTER_REASONS = frozenset({"too_many_phases", "low_parallelization", "too_many_
                             "upstream_failed"})
 
 
-def _main(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     summary = pack_with(config_from(PackConfig, args))
     broken = {reason: n for reason, n in summary["dropped"].items() if reason not in FILTER_REASONS}
     return failed_items_exit(broken, 0, what="traces", argv=getattr(args, "argv", None),

@@ -12,9 +12,10 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from sprint.core.resources import prompt_file
+from sprint.format.boxed import BOX_RE
 from sprint.format.trajectory import Execution, Phase, Trajectory, render_prompt
 
 # ------------------------------------------------------------------------------------------
@@ -47,9 +48,8 @@ MAX_PROMPTS_PER_PLAN = 8  # plans with more prompts than this are not used as tr
 COMMENT_MODES = ("drop", "observe")  # drop: as the released data (no comments); observe: as the paper describes
 DEFAULT_COMMENTS = "drop"
 FINAL_ANSWER_HEADING = "**Final Answer**\n"  # removed from the SFT assistant turn only
-DEFAULT_AGENT_PROMPT = Path(__file__).resolve().parents[2] / "prompts" / "agent.txt"
+DEFAULT_AGENT_PROMPT = prompt_file("agent")
 
-_BOXED = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # Sentence ends and the math delimiters that hide them ("$3! \times 5!$" holds no sentence end).
 _MATH_ENVS = r"(?:align|equation|eqnarray|gather|multline|displaymath)\*?"
 _SENTENCE_TOKENS = re.compile(
@@ -241,7 +241,7 @@ def final_answer_from_solution(solution: str | None) -> str | None:
     """The sentence of the reference solution holding its last `\\boxed`, and what follows it."""
     if not solution or not isinstance(solution, str):  # a number or list from a sloppy file: no usable answer
         return None
-    boxes = list(_BOXED.finditer(solution))
+    boxes = list(BOX_RE.finditer(solution))
     if not boxes:
         return None
     return _text(solution[_sentence_start(solution, boxes[-1].start()):]) or None

@@ -5,8 +5,10 @@ is trusted: answers are re-extracted from the text by the task adapter and re-gr
 follow the trajectory model (`sprint.format.trajectory.count_tokens`). Speed (500 + 500 real-length
 trajectories, ~3 M tokens, report and plots: ~3 s on 2 cores, benchmarks/bench_evaluate.py):
 every distinct text piece is counted once by the fastest exact engine (`sprint.format.tokencount`),
-grading runs in a process started first, beside the counting, and matplotlib is imported while
-the grades are awaited. Numbers come from `sprint.evaluation.metrics`, files from `sprint.evaluation.report`.
+grading runs in a process started first, beside the counting (`sprint.evaluation.grader`), and
+matplotlib is imported while the grades are awaited. Numbers come from `sprint.evaluation.metrics`,
+files from `sprint.evaluation.report`. The returned `Evaluation` keeps the runs as read and their
+parsed trajectories, so `sprint view` builds its pages on them without reading anything again.
 
     python -m sprint evaluate RUN [RUN ...] --baseline BASE [BASE ...] [--gold FILE] [--out DIR]
 """
@@ -16,36 +18,28 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import multiprocessing
-import os
-import pickle
-import re
 import sys
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from sprint.evaluation import metrics as M
 from sprint.core.data import safe_id
 from sprint.core.errors import UserError, failed_items_exit
-from sprint.core.options import HelpFormatter, add_options, config_from, option
-from sprint.tasks.grading import grade_math
+from sprint.core.options import add_options, config_from, option
 from sprint.core.records import FolderSet, text_hash, write_manifest
-from sprint.evaluation.report import warm_up_figures, write_report
-from sprint.evaluation.runs import LoadedRun, RawProblem, attach_gold, load_gold, load_runs, run_fingerprint, task_of
+from sprint.evaluation import metrics as M
+from sprint.evaluation.grader import GradingProcess, grade_while
+from sprint.evaluation.report import viewer_link, warm_up_figures, write_report
+from sprint.evaluation.runs import (Key, LoadedRun, Parsed, RawProblem, attach_gold, load_gold, load_runs,
+                                    parse_runs, run_fingerprint, task_of)
+from sprint.format.tokencount import batch_counts, load_counter
+from sprint.format.trajectory import TokenCounts, count_tokens
 from sprint.tasks.registry import TaskAdapter, TaskChoices, get_task
-from sprint.format.tokencount import load_counter, splits_at_lines
-from sprint.format.trajectory import TokenCounts, Trajectory, TrajectoryError, count_tokens, parse
-from sprint.viewer.site import viewer_link
 
 DEFAULT_TOKENIZER = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
 MAX_WARNINGS = 5  # malformed trajectories named on the terminal; the rest are counted
-
-Key = tuple[int, int]  # (index of the run, index of the problem in it)
 
 
 @dataclass
@@ -70,74 +64,13 @@ class EvaluateConfig:
     plots: bool = option(True, "skip the PNG figures", flags=("--no-plots",))
 
 
-# --------------------------------------------------------------------------- token counting
-
-
-class _Recorder:
-    """A counter that only notes which texts the trajectory model wants counted."""
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def __call__(self, text: str) -> int:
-        self.texts.append(text)
-        return 0
-
-
-# A cut between a newline and a printable ASCII character (not a space).
-_SAFE_CUT = re.compile(r"(?<=\n)(?=[!-~])")
-
-
-def _splits_at_lines(tok: Any) -> bool:
-    """Does cutting a text at `_SAFE_CUT` leave a `tokenizers.Tokenizer`'s count unchanged?
-    (`sprint.format.tokencount.splits_at_lines`; any other tokenizer is counted whole, just slower.)"""
-    try:
-        return splits_at_lines(json.loads(tok.to_str()))
-    except Exception:  # noqa: BLE001 - an exotic tokenizer: count whole texts
-        return False
-
-
-def batch_counts(tokenizer: str, texts: Sequence[str]) -> dict[str, int]:
-    """Token counts of many texts, equal to `token_counter(tokenizer)(text)` for each.
-
-    Every distinct piece of text is counted once: texts are cut into lines where that provably
-    leaves the count unchanged (`_splits_at_lines`), so the text shared by a plan's prompt
-    prefixes, its whole plan and the total is encoded once; the distinct pieces go to the fastest
-    exact engine (`sprint.format.tokencount`: tiktoken built from tokenizer.json, else tokenizers).
-    """
-    counter = load_counter(str(tokenizer))
-    unique = list(dict.fromkeys(t for t in texts if t))
-    out = {"": 0}
-    if not unique:
-        return out
-    split = counter.splits_at_lines
-    parts = {t: (_SAFE_CUT.split(t) if split else [t]) for t in unique}
-    pieces = list(dict.fromkeys(p for ps in parts.values() for p in ps if p))
-    table = {"": 0, **dict(zip(pieces, counter.count_many(pieces)))}
-    for t, ps in parts.items():
-        out[t] = sum(table[p] for p in ps)
-    return out
-
-
-@dataclass
-class _Counted:
-    traj: Trajectory | None
-    malformed: bool
-    error: str | None = None  # the strict parser's complaint, for the warning
-
-
-def _parse_sprint(text: str) -> _Counted:
-    try:
-        return _Counted(parse(text, strict=True), False)
-    except TrajectoryError as exc:
-        return _Counted(parse(text, strict=False), True, str(exc))
-
-
 # --------------------------------------------------------------------------- the stage
 
 
 @dataclass
 class RunResult:
+    """One run's per-problem results and their summary."""
+
     label: str
     path: str
     mode: str
@@ -156,6 +89,10 @@ class Evaluation:
     out_dir: Path | None
     files: dict[str, Path]
     warnings: list[str] = field(default_factory=list)  # malformed trajectories; the CLI prints them
+    # The runs as read (SPRINT runs first, then the baselines; gold attached) and each SPRINT text
+    # parsed once, keyed by (index in `loaded`, problem index): what the viewer builds its pages on.
+    loaded: list[LoadedRun] = field(default_factory=list)
+    parsed: dict[Key, Parsed] = field(default_factory=dict)
 
 
 def evaluate(
@@ -184,14 +121,18 @@ def evaluate(
     return run_evaluation(cfg, gold=mapping, write=write)
 
 
-def run_evaluation(cfg: EvaluateConfig, *, gold: dict[str, Any] | None = None, write: bool = True) -> Evaluation:
+def run_evaluation(cfg: EvaluateConfig, *, gold: dict[str, Any] | None = None, write: bool = True,
+                   loaded: tuple[list[LoadedRun], list[LoadedRun]] | None = None) -> Evaluation:
     """The stage: load runs, attach gold, grade and count, compute the numbers, write the report.
 
-    `gold`: an {id: gold} mapping that replaces `cfg.gold` (from Python only).
+    `gold`: an {id: gold} mapping that replaces `cfg.gold` (from Python only). `loaded`: the SPRINT
+    and baseline runs `load_runs` already read from `cfg.runs` and `cfg.baseline` (the viewer reads
+    them first, to check them and name its folder), so they are not read again.
     """
     started, started_at = time.perf_counter(), time.time()
-    run_paths, base_paths = _as_paths(cfg.runs), _as_paths(cfg.baseline)
-    sprint_runs, base_runs = load_runs(run_paths, base_paths)
+    if loaded is None:
+        loaded = load_runs(_as_paths(cfg.runs), _as_paths(cfg.baseline))
+    sprint_runs, base_runs = loaded
     all_runs = sprint_runs + base_runs
     out = Path(cfg.out_dir) if cfg.out_dir else (all_runs[0].path / "evaluation")
     if not write:
@@ -232,7 +173,7 @@ def _evaluate_steps(cfg: EvaluateConfig, gold: dict[str, Any] | None, all_runs: 
     attach_gold(all_runs, {safe_id(k): v for k, v in gold_map.items()} if gold_map else None,
                 cfg.gold if gold is None else gold)
     planner, executor = _check_tokenizers(cfg)
-    parsed = _parse_all(all_runs)
+    parsed = parse_runs(all_runs)
     warnings = malformed_warnings(all_runs, parsed)
     answers = {(ri, pi): _answer(prob, parsed.get((ri, pi)), task)
                for ri, run in enumerate(all_runs) for pi, prob in enumerate(run.problems)}
@@ -248,7 +189,7 @@ def _evaluate_steps(cfg: EvaluateConfig, gold: dict[str, Any] | None, all_runs: 
         files = _write_outputs(out, metrics, cfg, planner, executor, gold_map, gold is not None, all_runs,
                                parsed, warnings, started_at, into=folder)
     metrics["timing"]["total_s"] = round(time.perf_counter() - started, 3)
-    return Evaluation(metrics, sprint_results, base_results, out if write else None, files, warnings)
+    return Evaluation(metrics, sprint_results, base_results, out if write else None, files, warnings, all_runs, parsed)
 
 
 # --------------------------------------------------------------------------- the steps
@@ -296,14 +237,7 @@ def _check_tokenizers(cfg: EvaluateConfig) -> tuple[str, str]:
     return planner, executor
 
 
-def _parse_all(runs: list[LoadedRun]) -> dict[Key, _Counted]:
-    """Parse every SPRINT text once, keyed by (run index, problem index)."""
-    return {(ri, pi): _parse_sprint(prob.text)
-            for ri, run in enumerate(runs) if run.mode == "sprint"
-            for pi, prob in enumerate(run.problems) if prob.text is not None}
-
-
-def malformed_warnings(runs: list[LoadedRun], parsed: dict[Key, _Counted], limit: int = MAX_WARNINGS) -> list[str]:
+def malformed_warnings(runs: list[LoadedRun], parsed: dict[Key, Parsed], limit: int = MAX_WARNINGS) -> list[str]:
     """One line per malformed SPRINT trajectory (the first `limit`, then a count).
 
     metrics.json only says how many were malformed; the user needs to know which file and why.
@@ -315,82 +249,15 @@ def malformed_warnings(runs: list[LoadedRun], parsed: dict[Key, _Counted], limit
     return lines
 
 
-def _answer(prob: RawProblem, got: _Counted | None, task: TaskAdapter) -> str | None:
+def _answer(prob: RawProblem, got: Parsed | None, task: TaskAdapter) -> str | None:
     """The answer the output gives (the task's rule: the last `\\boxed{}`); failed problems have none."""
     if prob.text is None or prob.status != "ok":
         return None
-    return task.extract(got.traj.render() if got is not None and got.traj is not None else prob.text)
-
-
-# Below this many problems the grading process costs more (a second of CPU to start) than it saves.
-GRADING_PROCESS_MIN = 200
-
-
-class GradingProcess:
-    """One spawned process that grades a batch (sympy is pure Python: in a thread it would take
-    the GIL from the counting and the figures). Started before the work it overlaps."""
-
-    def __init__(self) -> None:
-        self.pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        # Math-Verify's import and its LaTeX parser's first parse, before the batch arrives (a function
-        # of sprint.tasks.grading, so the process imports nothing else)
-        self.pool.submit(grade_math, "\\frac{1}{2}", "0.5")
-
-    @classmethod
-    def start(cls, problems: int, workers: int | None) -> GradingProcess | None:
-        """A grading process when the batch is large enough and processes are allowed (`--workers 0`: none)."""
-        if problems < GRADING_PROCESS_MIN or workers == 0 or (os.cpu_count() or 1) < 2 or not _spawn_safe():
-            return None
-        try:
-            return cls()
-        except OSError:  # no processes on this system: grade in a thread
-            return None
-
-    def submit(self, task: TaskAdapter, preds: list[str | None], golds: list[Any], workers: int | None) -> Future | None:
-        """The batch's grades as a future, or None when the task cannot travel to the process
-        (a task class defined where the process cannot import it)."""
-        try:
-            pickle.dumps(task)
-        except Exception:  # noqa: BLE001 - grade in this process instead
-            return None
-        return self.pool.submit(task.grade_many, preds, golds, workers)
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
-            proc.terminate()  # idle now, or an abandoned batch (an error elsewhere): do not let it grade on
-            proc.join(timeout=1)
-
-
-_MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
-
-
-def _spawn_safe() -> bool:
-    """Can a spawned process start without re-running this program? A spawned child imports the
-    main script again; `python -m pkg`, the console script and interactive sessions are safe, a
-    script without an `if __name__ == "__main__":` guard is not (it would evaluate again), so
-    such a caller grades in a thread instead."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name.endswith("__main__"):
-        return True
-    path = getattr(main, "__file__", None)
-    if path is None:
-        return True
-    try:
-        return bool(_MAIN_GUARD.search(Path(path).read_text(encoding="utf-8", errors="replace")))
-    except OSError:
-        return False
-
-
-def _timed_grade(task: TaskAdapter, preds: list[str | None], golds: list[Any],
-                 workers: int | None) -> tuple[list[bool], float]:
-    t = time.perf_counter()
-    return task.grade_many(preds, golds, workers), time.perf_counter() - t
+    return task.extract(got.traj.render() if got is not None else prob.text)
 
 
 def _grade_and_count(
-    runs: list[LoadedRun], parsed: dict[Key, _Counted], answers: dict[Key, str | None], task: TaskAdapter,
+    runs: list[LoadedRun], parsed: dict[Key, Parsed], answers: dict[Key, str | None], task: TaskAdapter,
     planner: str, executor: str, workers: int | None, *, grader: GradingProcess | None = None,
     while_waiting: Callable[[], None] | None = None,
 ) -> tuple[dict[Key, bool], dict[Key, TokenCounts | int], dict[str, float]]:
@@ -402,26 +269,32 @@ def _grade_and_count(
     keys = list(answers)
     preds = [answers[k] for k in keys]
     golds = [runs[ri].problems[pi].gold for ri, pi in keys]
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grading") as threads:
-        grading = grader.submit(task, preds, golds, workers) if grader is not None else None
-        in_thread = grading is None
-        if in_thread:
-            grading = threads.submit(_timed_grade, task, preds, golds, workers)
-        t0 = time.perf_counter()  # grading_s: from submission to grades (the process was started earlier)
+
+    def count() -> tuple[dict[Key, TokenCounts | int], float]:
+        t0 = time.perf_counter()
         counted = _count_all(runs, parsed, planner, executor)
-        t_tokens = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
         if while_waiting is not None:
             while_waiting()
-        try:
-            found = grading.result()
-            grades, t_grading = found if in_thread else (found, time.perf_counter() - t0)
-        except BrokenProcessPool:  # the grading process died (killed, out of memory): grade here
-            grades, t_grading = _timed_grade(task, preds, golds, workers)
+        return counted, seconds
+
+    grades, t_grading, (counted, t_tokens) = grade_while(task, preds, golds, workers, grader, count)
     return dict(zip(keys, grades)), counted, {"tokens_s": round(t_tokens, 3), "grading_s": round(t_grading, 3)}
 
 
+class _Recorder:
+    """A counter that only notes which texts the trajectory model wants counted."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return 0
+
+
 def _count_all(
-    runs: list[LoadedRun], parsed: dict[Key, _Counted], planner_tokenizer: str, executor_tokenizer: str
+    runs: list[LoadedRun], parsed: dict[Key, Parsed], planner_tokenizer: str, executor_tokenizer: str
 ) -> dict[Key, TokenCounts | int]:
     """Token counts of every problem with a text: `TokenCounts` for SPRINT, an int for a baseline.
 
@@ -452,10 +325,8 @@ def _count_all(
     return out
 
 
-
-
 def _problem_result(prob: RawProblem, pred: str | None, ok: bool, tc: TokenCounts | int | None,
-                    got: _Counted | None) -> M.ProblemResult:
+                    got: Parsed | None) -> M.ProblemResult:
     res = M.ProblemResult(id=prob.id, correct=bool(ok), answered=pred is not None, status=prob.status,
                           forced_final=prob.forced_final, predicted=pred, reported_tokens=prob.reported_tokens)
     if isinstance(tc, TokenCounts) and got is not None:
@@ -471,7 +342,7 @@ def _problem_result(prob: RawProblem, pred: str | None, ok: bool, tc: TokenCount
 
 
 def _run_result(ri: int, run: LoadedRun, answers: dict[Key, str | None], grades: dict[Key, bool],
-                counted: dict[Key, TokenCounts | int], parsed: dict[Key, _Counted], stats: dict) -> RunResult:
+                counted: dict[Key, TokenCounts | int], parsed: dict[Key, Parsed], stats: dict) -> RunResult:
     """One run's per-problem results and their summary (accuracy, tokens, bootstrap CIs)."""
     results = [_problem_result(prob, answers[(ri, pi)], grades[(ri, pi)], counted.get((ri, pi)), parsed.get((ri, pi)))
                for pi, prob in enumerate(run.problems)]
@@ -528,7 +399,7 @@ def _metrics(task: str, planner: str, executor: str, gold_source: str | None, st
 
 def _write_outputs(
     out: Path, metrics: dict, cfg: EvaluateConfig, planner: str, executor: str, gold_map: dict[str, Any] | None,
-    gold_is_mapping: bool, runs: list[LoadedRun], parsed: dict[Key, _Counted], warnings: list[str], started_at: float,
+    gold_is_mapping: bool, runs: list[LoadedRun], parsed: dict[Key, Parsed], warnings: list[str], started_at: float,
     *, into: Path | None = None,
 ) -> dict[str, Path]:
     """metrics.json, the figures, report.md, then manifest.json (what was read, with which settings).
@@ -544,9 +415,9 @@ def _write_outputs(
         "out_dir": str(out), "resamples": cfg.resamples, "seed": cfg.seed, "confidence": cfg.confidence,
         "workers": cfg.workers, "plots": cfg.plots,
     }
-    inputs = {
-        "runs": [run_fingerprint(p) for p in run_paths],
-        "baselines": [run_fingerprint(p) for p in base_paths],
+    inputs = {  # from the bytes the runs were loaded from, not read again
+        "runs": [run_fingerprint(p, runs) for p in run_paths],
+        "baselines": [run_fingerprint(p, runs) for p in base_paths],
         "gold": None if gold_map is None else {
             "source": config["gold"], "ids": len(gold_map),
             "fingerprint": text_hash(json.dumps(gold_map, sort_keys=True, default=str))},
@@ -584,9 +455,7 @@ def headline(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-
-
-def _main(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     cfg = config_from(EvaluateConfig, args, runs=list(args.runs) + list(args.more_runs or []))
     ev = run_evaluation(cfg)
     for line in ev.warnings:
@@ -614,17 +483,12 @@ def _field(name: str) -> dataclasses.Field:
     return next(f for f in dataclasses.fields(EvaluateConfig) if f.name == name)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "evaluate",
-        help="grade runs, count sequential/total tokens, compare with a baseline, write report.md",
-        description=(
-            "Evaluate SPRINT runs (and a sequential baseline): accuracy, sequential and total tokens, "
-            "reduction per baseline length bucket, McNemar test, bootstrap CIs; writes metrics.json, "
-            "report.md and PNG plots. A run is a run folder (records.jsonl) or a folder of trajectory "
-            ".txt files (planner_trajectory_<id>.txt / base_model_trajectory_<id>.txt)."
-        ),
-        formatter_class=HelpFormatter,
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Evaluate SPRINT runs (and a sequential baseline): accuracy, sequential and total tokens, "
+        "reduction per baseline length bucket, McNemar test, bootstrap CIs; writes metrics.json, "
+        "report.md and PNG plots. A run is a run folder (records.jsonl) or a folder of trajectory "
+        ".txt files (planner_trajectory_<id>.txt / base_model_trajectory_<id>.txt)."
     )
     # The run lists take several values (and one is positional), which `add_options` does not do;
     # their help still comes from the config's fields.
@@ -634,4 +498,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", nargs="+", default=_field("baseline").default, metavar="RUN",
                    help=_field("baseline").metadata["help"])
     add_options(p, EvaluateConfig)
-    p.set_defaults(func=_main)

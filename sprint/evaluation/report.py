@@ -8,9 +8,10 @@ object API with the Agg canvas: no pyplot state, safe from any thread, no displa
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from sprint.core.records import atomic_write
 
@@ -21,6 +22,12 @@ FIGURES = {
     "phases_histogram": "Phases per problem (SPRINT)",
     "prompts_per_phase": "Prompts per phase (SPRINT)",
 }
+
+# Where `sprint view` puts a site, so that a report can link to it without the evaluation knowing the
+# viewer: `<run>/view` by default, its own evaluation in `<site>/evaluation`, and a file every site has.
+VIEW_FOLDER = "view"
+VIEW_INDEX = "index.html"
+VIEW_MARKER = "assets/view.js"
 
 
 # --------------------------------------------------------------------------- formatting
@@ -467,6 +474,21 @@ def write_figures(metrics: dict, out_dir: Path) -> dict[str, str]:
         else:
             path.unlink(missing_ok=True)  # no stale figure from an earlier evaluation
     return made
+
+
+def viewer_link(eval_dir: str | Path, runs: Iterable[str | Path] = ()) -> str | None:
+    """Where an evaluation's report should link to see the runs: a viewer built around it
+    (`sprint view` evaluates into OUT/evaluation), else the default viewer of its first run
+    (`<run>/view/index.html`); None when there is none. A path relative to `eval_dir`."""
+    eval_dir = Path(eval_dir)
+    if (eval_dir.parent / VIEW_MARKER).is_file() and eval_dir.name == "evaluation":
+        return f"../{VIEW_INDEX}"
+    first = next(iter(runs), None)
+    if first is not None:
+        index = Path(first) / VIEW_FOLDER / VIEW_INDEX
+        if index.is_file():
+            return Path(os.path.relpath(index.resolve(), eval_dir.resolve())).as_posix()
+    return None
 
 
 def write_report(metrics: dict, out_dir: str | Path, plots: bool = True, viewer: str | None = None) -> dict[str, Path]:

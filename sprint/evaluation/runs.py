@@ -7,13 +7,16 @@ Two layouts:
   `planner_trajectory_<id>.txt` (SPRINT), `base_model_trajectory_<id>.txt` (sequential baseline),
   or `<id>.txt`, with gold answers from `--gold` (a CSV with id,answer or any dataset file).
 
-Nothing here grades or counts; `sprint.evaluation.evaluate` does that with what these functions return.
+Each file is read once: the loader hashes the bytes it parses (`RunFiles`, the manifest's fingerprint),
+and `parse_runs` reads each SPRINT text with the trajectory model once, for the evaluation and the viewer
+alike. Nothing here grades or counts; `sprint.evaluation.evaluate` does that with what these functions return.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import logging
 from dataclasses import dataclass, field
@@ -23,13 +26,15 @@ from typing import Any, Sequence
 from sprint.core.data import safe_id
 from sprint.core.errors import UserError
 from sprint.tasks.registry import TaskAdapter, load_problems, task_names
-from sprint.format.trajectory import parse, render_question
+from sprint.format.trajectory import Trajectory, TrajectoryError, baseline_generation, parse
 
 log = logging.getLogger(__name__)
 
 SPRINT_PREFIX = "planner_trajectory_"
 BASELINE_PREFIX = "base_model_trajectory_"
 ID_COLUMNS = ("id", "unique_id", "ProblemIdx", "problem_id", "idx", "index", "Record ID")
+
+Key = tuple[int, int]  # (index of the run, index of the problem in it)
 
 
 @dataclass
@@ -47,6 +52,39 @@ class RawProblem:
     source: str = ""  # where the text was read, for warnings: a file, or `records.jsonl (id X)`
     question: str | None = None  # the record's question (a baseline's generation does not hold it)
     calls: list[dict] = field(default_factory=list)  # the record's model calls (time-replay replays them)
+    start: float | None = None  # the record's start time, the origin of its calls (the viewer's timelines)
+
+
+class RunFiles:
+    """One run argument's files and their fingerprint (`run_fingerprint`): a hash of the names and
+    bytes of the files `load_run` may read, in `_input_files`' order.
+
+    The loader feeds it the bytes it parses as it reads them, so a manifest fingerprints exactly
+    what was scored and nothing is read twice; files the loader did not need (`trajectories/*.txt`
+    beside records that hold the text) are read when the fingerprint is first asked for.
+    """
+
+    def __init__(self, path: str | Path, root: Path, files: list[Path]) -> None:
+        self.path, self.root = str(path), root
+        self._pending = list(files)
+        self._hash = hashlib.sha256()
+        self._count = len(files)
+        self._result: dict[str, Any] | None = None
+
+    def feed(self, file: Path, data: bytes) -> None:
+        """Hash `file`'s bytes, read by the loader; only the next file in order may be fed."""
+        if not self._pending or self._pending[0] != file:
+            return  # out of order (cannot happen with `_input_files`' order): hashed from disk later
+        self._pending.pop(0)
+        self._hash.update(file.relative_to(self.root).as_posix().encode() + b"\0" + data + b"\0")
+
+    def fingerprint(self) -> dict[str, Any]:
+        """{path, files, fingerprint}, the files the loader did not read hashed now (once)."""
+        if self._result is None:
+            while self._pending:
+                self.feed(self._pending[0], self._pending[0].read_bytes())
+            self._result = {"path": self.path, "files": self._count, "fingerprint": self._hash.hexdigest()[:16]}
+        return self._result
 
 
 @dataclass
@@ -56,28 +94,64 @@ class LoadedRun:
     mode: str  # "sprint" | "baseline"
     problems: list[RawProblem]
     manifest: dict = field(default_factory=dict)
+    files: RunFiles | None = None  # what it was read from (one folder's SPRINT and baseline runs share it)
 
 
-def _read_records(path: Path, default_mode: str = "sprint") -> list[dict]:
-    """records.jsonl, tolerant of a half-written last line; the last record of an id (per mode) wins."""
+@dataclass
+class Parsed:
+    """A SPRINT text read by the trajectory model: strictly, else leniently (`malformed`, with the strict
+    parser's complaint for the warning)."""
+
+    traj: Trajectory
+    malformed: bool
+    error: str | None = None
+
+
+def parse_sprint(text: str) -> Parsed:
+    """One SPRINT text, scored leniently when malformed (a cut-off generation still has its phases)."""
+    try:
+        return Parsed(parse(text, strict=True), False)
+    except TrajectoryError as exc:
+        return Parsed(parse(text, strict=False), True, str(exc))
+
+
+def parse_runs(runs: Sequence[LoadedRun]) -> dict[Key, Parsed]:
+    """Every SPRINT text parsed once, keyed by (run index, problem index): what both the evaluation's
+    counting and the viewer's pages read."""
+    return {(ri, pi): parse_sprint(prob.text)
+            for ri, run in enumerate(runs) if run.mode == "sprint"
+            for pi, prob in enumerate(run.problems) if prob.text is not None}
+
+
+def _read_records(path: Path, default_mode: str = "sprint", files: RunFiles | None = None) -> list[dict]:
+    """records.jsonl, tolerant of a half-written last line; the last record of an id (per mode) wins.
+    Its bytes are read once and also go to `files`' fingerprint."""
+    data = path.read_bytes()
+    if files is not None:
+        files.feed(path, data)
     by_id: dict[tuple[str, str], dict] = {}
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw.decode("utf-8", errors="replace"))
-            except json.JSONDecodeError:
-                if not raw.endswith(b"\n"):
-                    break  # interrupted write: the stage redoes it on resume
-                raise UserError(f"{path}: line {lineno} is not valid JSON; fix or remove that line") from None
-            if isinstance(rec, dict) and "id" in rec:
-                by_id[(_record_mode(rec, default_mode), str(rec["id"]))] = rec
+    for lineno, raw in enumerate(io.BytesIO(data), 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw.decode("utf-8", errors="replace"))
+        except json.JSONDecodeError:
+            if not raw.endswith(b"\n"):
+                break  # interrupted write: the stage redoes it on resume
+            raise UserError(f"{path}: line {lineno} is not valid JSON; fix or remove that line") from None
+        if isinstance(rec, dict) and "id" in rec:
+            by_id[(_record_mode(rec, default_mode), str(rec["id"]))] = rec
     return list(by_id.values())
 
 
-def _read_text(path: Path) -> str | None:
-    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+def _read_text(path: Path, files: RunFiles | None = None) -> str | None:
+    """A text file as `Path.read_text` gives it (universal newlines), its bytes also fed to `files`."""
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    if files is not None:
+        files.feed(path, data)
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _reported_tokens(rec: dict) -> int | None:
@@ -102,7 +176,7 @@ def _record_mode(rec: dict, default: str = "sprint") -> str:
     return "sprint" if "trajectory" in rec else default
 
 
-def _from_records(folder: Path, records_path: Path) -> list[LoadedRun]:
+def _from_records(folder: Path, records_path: Path, files: RunFiles | None = None) -> list[LoadedRun]:
     manifest: dict = {}
     mpath = folder / "manifest.json"
     if mpath.is_file():
@@ -112,7 +186,7 @@ def _from_records(folder: Path, records_path: Path) -> list[LoadedRun]:
             manifest = {}
     default_mode = "baseline" if manifest.get("stage") == "baseline" else "sprint"
     by_mode: dict[str, list[RawProblem]] = {}
-    for rec in _read_records(records_path, default_mode):
+    for rec in _read_records(records_path, default_mode, files):
         pid = str(rec["id"])
         mode = _record_mode(rec, default_mode)
         text = rec.get("generation") if mode == "baseline" else None
@@ -141,6 +215,7 @@ def _from_records(folder: Path, records_path: Path) -> list[LoadedRun]:
             source=source,
             question=rec.get("question") if isinstance(rec.get("question"), str) else None,
             calls=[c for c in rec.get("calls") or [] if isinstance(c, dict)] if isinstance(rec.get("calls"), list) else [],
+            start=rec["start"] if isinstance(rec.get("start"), (int, float)) else None,
         ))
     if not by_mode:
         raise UserError(f"{records_path} holds no records; run the stage first or pass another folder")
@@ -148,22 +223,8 @@ def _from_records(folder: Path, records_path: Path) -> list[LoadedRun]:
         if all(p.index is not None for p in probs):
             probs.sort(key=lambda p: p.index)
     both = len(by_mode) > 1
-    return [LoadedRun(f"{folder.name} ({mode})" if both else folder.name, folder, mode, probs, manifest)
+    return [LoadedRun(f"{folder.name} ({mode})" if both else folder.name, folder, mode, probs, manifest, files)
             for mode, probs in sorted(by_mode.items(), key=lambda kv: kv[0] != "sprint")]
-
-
-def baseline_generation(text: str) -> str:
-    """What a sequential model generated: its text without a leading question block and the
-    `<think>` the prompt pre-filled (run folders store `trajectories/<id>.txt` that way)."""
-    if not text.startswith("<Question>"):
-        return text
-    head = render_question(parse(text, strict=False).question)
-    if not text.startswith(head):
-        return text
-    rest = text[len(head):].lstrip("\n")
-    if rest.startswith("<think>\n"):
-        rest = rest[len("<think>\n"):]
-    return rest
 
 
 def _looks_like_sprint(text: str) -> bool:
@@ -171,10 +232,10 @@ def _looks_like_sprint(text: str) -> bool:
     return bool(traj.phases) or traj.final_answer is not None
 
 
-def _from_text_files(folder: Path) -> list[LoadedRun]:
+def _from_text_files(folder: Path, files: RunFiles | None = None) -> list[LoadedRun]:
     groups: dict[str, list[RawProblem]] = {}
     for f in sorted(folder.glob("*.txt")):
-        text = _read_text(f)
+        text = _read_text(f, files)
         if f.name.startswith(SPRINT_PREFIX):
             mode, pid = "sprint", f.stem[len(SPRINT_PREFIX):]
         elif f.name.startswith(BASELINE_PREFIX):
@@ -186,7 +247,7 @@ def _from_text_files(folder: Path) -> list[LoadedRun]:
         groups.setdefault(mode, []).append(
             RawProblem(id=safe_id(pid), text=text if text and text.strip() else None, source=str(f)))
     both = len(groups) > 1
-    return [LoadedRun(f"{folder.name} ({mode})" if both else folder.name, folder, mode, probs)
+    return [LoadedRun(f"{folder.name} ({mode})" if both else folder.name, folder, mode, probs, files=files)
             for mode, probs in sorted(groups.items(), key=lambda kv: kv[0] != "sprint")]
 
 
@@ -197,15 +258,15 @@ def load_run(path: str | Path) -> list[LoadedRun]:
     """
     p = Path(path).expanduser()
     if p.is_file() and p.suffix == ".jsonl":
-        return _from_records(p.parent, p)
+        return _from_records(p.parent, p, RunFiles(path, *_input_files(p)))
     if not p.is_dir():
         raise UserError(f"run {str(path)!r} does not exist; pass a run folder or a folder of trajectory .txt files")
     if (p / "records.jsonl").is_file():
-        return _from_records(p, p / "records.jsonl")
+        return _from_records(p, p / "records.jsonl", RunFiles(path, *_input_files(p)))
     if any(p.glob("*.txt")):
-        return _from_text_files(p)
+        return _from_text_files(p, RunFiles(path, *_input_files(p)))
     if (p / "trajectories").is_dir() and any((p / "trajectories").glob("*.txt")):
-        return _from_text_files(p / "trajectories")
+        return _from_text_files(p / "trajectories", RunFiles(path, *_input_files(p)))
     raise UserError(f"{p} holds neither records.jsonl nor trajectory .txt files; pass a run folder")
 
 
@@ -330,13 +391,10 @@ def _input_files(path: Path) -> tuple[Path, list[Path]]:
     return p, sorted(p.glob("*.txt")) or sorted((p / "trajectories").glob("*.txt"))
 
 
-def run_fingerprint(path: str | Path) -> dict[str, Any]:
+def run_fingerprint(path: str | Path, runs: Sequence[LoadedRun] = ()) -> dict[str, Any]:
     """A hash of the names and bytes of the files a run argument points at, so a manifest says
-    exactly which outputs were scored (a resumed or edited run gets another fingerprint)."""
-    root, files = _input_files(Path(path))
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.relative_to(root).as_posix().encode() + b"\0")
-        h.update(f.read_bytes())
-        h.update(b"\0")
-    return {"path": str(path), "files": len(files), "fingerprint": h.hexdigest()[:16]}
+    exactly which outputs were scored (a resumed or edited run gets another fingerprint).
+
+    From the bytes `load_run` read when one of `runs` was loaded from `path`, else from disk."""
+    read = next((r.files for r in runs if r.files is not None and r.files.path == str(path)), None)
+    return (read or RunFiles(path, *_input_files(Path(path).expanduser()))).fingerprint()

@@ -14,19 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from sprint.core.errors import UserError
+from sprint.format import tags
+from sprint.core.resources import prompt_file
 from sprint.format.trajectory import load_tokenizer, render_question
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-AGENT_PROMPT_PATH = REPO_ROOT / "prompts" / "agent.txt"
-THINK = "<think>\n"
-FINAL_OPEN = "<Final_answer>\n"
+AGENT_PROMPT_PATH = prompt_file("agent")
+THINK = tags.THINK + "\n"
+FINAL_OPEN = tags.FINAL + "\n"
 PROMPT_MODES = ("chat", "raw")
 APIS = ("completions", "chat")
 
 # At most 4 stop strings per request (vLLM rejects more). Prefixes catch wrongly numbered tags.
 PLANNER_STOPS = ("</Plan_", "<Execution_", "</Final_answer>", "</think>")
 EXECUTOR_STOPS = ("</execution_", "<execution_", "</Execution_", "<Plan_")
-FINAL_STOPS = ("</Final_answer>", "</think>")
+FINAL_STOPS = (tags.FINAL_END, tags.THINK_END)
 # vLLM's chat endpoint: continue the last (assistant) message instead of opening a new turn.
 CONTINUE_EXTRA = (("add_generation_prompt", False), ("continue_final_message", True))
 
@@ -37,7 +38,7 @@ def sft_user_content(agent_prompt: str, question: str) -> str:
 
 
 def load_agent_prompt(path: str | Path | None = None) -> str:
-    """The agent prompt (prompts/agent.txt unless `path`); "none" means no agent prompt at all."""
+    """The agent prompt (the shipped sprint/prompts/agent.txt unless `path`); "none" means no agent prompt at all."""
     if path is not None and str(path).lower() == "none":
         return ""
     p = Path(path) if path is not None else AGENT_PROMPT_PATH
@@ -51,7 +52,7 @@ def with_think(text: str) -> str:
     """End the generation prompt with exactly one `<think>\\n` (R1 templates already add it)."""
     if text.endswith(THINK):
         return text
-    if text.endswith("<think>"):
+    if text.endswith(tags.THINK):
         return text + "\n"
     return text + THINK
 

@@ -9,7 +9,8 @@ are carried over. `fast_spec` accepts only tokenizers where every one of those i
 others are counted with `tokenizers`, just slower. tests/test_tokencount.py proves identical ids on
 a corpus of real math text and edge cases.
 
-`load_counter(name)` is the entry point (cached); `TokenCounter.count_many(texts)` counts a batch.
+`load_counter(name)` is the entry point (cached); `TokenCounter.count_many(texts)` counts a batch;
+`batch_counts(name, texts)` counts many overlapping texts, each distinct piece once.
 `sprint.format.trajectory.load_tokenizer` stays THE loader of `tokenizers`/`transformers` objects; this
 module calls it for the fallback.
 """
@@ -21,6 +22,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
@@ -246,3 +248,27 @@ def _save_encoding(path: Path, ranks: dict[bytes, int], specials: dict[str, int]
         atomic_write(file, data, private_tmp=True)  # several processes may write it at once
     except Exception:  # noqa: BLE001 - a read-only home: no cache, just a slower start
         pass
+
+
+# A cut between a newline and a printable ASCII character (not a space): `splits_at_lines`'s safe cut.
+_SAFE_CUT = re.compile(r"(?<=\n)(?=[!-~])")
+
+
+def batch_counts(name: str, texts: Sequence[str]) -> dict[str, int]:
+    """Token counts of many texts, equal to `token_counter(name)(text)` for each (and 0 for "").
+
+    Every distinct piece of text is counted once: texts are cut into lines where that provably
+    leaves the count unchanged (`splits_at_lines`), so the text shared by a plan's prompt prefixes,
+    its whole plan and the total is encoded once; the distinct pieces go to `load_counter(name)`.
+    """
+    counter = load_counter(str(name))
+    unique = list(dict.fromkeys(t for t in texts if t))
+    out = {"": 0}
+    if not unique:
+        return out
+    parts = {t: (_SAFE_CUT.split(t) if counter.splits_at_lines else [t]) for t in unique}
+    pieces = list(dict.fromkeys(p for ps in parts.values() for p in ps if p))
+    table = {"": 0, **dict(zip(pieces, counter.count_many(pieces)))}
+    for t, ps in parts.items():
+        out[t] = sum(table[p] for p in ps)
+    return out

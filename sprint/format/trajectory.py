@@ -1,7 +1,8 @@
 """The trajectory model: parse <-> render <-> token accounting of SPRINT's text format.
 
 Packing renders it, orchestration builds and normalises it, evaluation and the replay server
-parse and count it. This is the only module that knows the tag grammar:
+parse and count it. This is the only module that knows the tag grammar (the tags themselves are
+spelled in `sprint.format.tags`):
 
     <Question>\\n…\\n</Question>
 
@@ -24,13 +25,13 @@ from tokenizers import Tokenizer
 
 from sprint.core.data import quiet_hub, resolve_local, short_reason, source_problem
 from sprint.core.errors import UserError
-from sprint.tasks.grading import last_boxed
+from sprint.format.boxed import last_boxed
+from sprint.format.tags import (
+    FINAL, FINAL_END, QUESTION, QUESTION_END, TAG_RE, THINK, execution_close, execution_open, executions_close,
+    executions_open, plan_close, plan_open, prompt_close, prompt_open,
+)
 
 NO_PROMPT = "No prompt to execute."
-
-TAG_RE = re.compile(
-    r"</?(?:Question|Plan_\d+|Execution_\d+|execution_\d+\.\d+|prompt_\d+\.\d+|prompt|Final_answer|think)>"
-)
 _PROMPT_RE = re.compile(r"<prompt_(\d+\.\d+)>(.*?)</prompt_\1>", re.S)
 _OPEN_RE = re.compile(r"<(Question|Plan_\d+|Execution_\d+|Final_answer)>")
 
@@ -71,33 +72,63 @@ class Phase:
         return next((e for e in self.executions if e.name == name), None)
 
     def render_plan(self) -> str:
-        return f"<Plan_{self.number}>\n{self.plan.strip()}\n</Plan_{self.number}>"
+        return f"{plan_open(self.number)}\n{self.plan.strip()}\n{plan_close(self.number)}"
+
+    def streamed_plan(self, prompt: Prompt) -> str:
+        """What the planner had written when `prompt` closed: `<Plan_p>` and the plan up to its
+        `</prompt_p.k>` (what a stream-scheduled executor sees of the plan)."""
+        return f"{plan_open(self.number)}\n{self.plan[: prompt.end]}"
 
     def render_executions(self) -> str:
         if not self.executions:
             body = NO_PROMPT
         else:
             body = "\n\n".join(render_execution(e.name, e.text) for e in self.executions)
-        return f"<Execution_{self.number}>\n{body}\n</Execution_{self.number}>"
+        return f"{executions_open(self.number)}\n{body}\n{executions_close(self.number)}"
 
     def render(self) -> str:
         return self.render_plan() + "\n\n" + self.render_executions()
 
 
 def render_execution(name: str, text: str) -> str:
-    return f"<execution_{name}>\n{text.strip()}\n</execution_{name}>"
+    return f"{execution_open(name)}\n{text.strip()}\n{execution_close(name)}"
 
 
 def render_prompt(name: str, text: str) -> str:
-    return f"<prompt_{name}> {text.strip()} </prompt_{name}>"
+    return f"{prompt_open(name)} {text.strip()} {prompt_close(name)}"
 
 
 def render_final(text: str) -> str:
-    return f"<Final_answer>\n{text.strip()}\n</Final_answer>"
+    return f"{FINAL}\n{text.strip()}\n{FINAL_END}"
 
 
 def render_question(question: str) -> str:
-    return f"<Question>\n{question.strip()}\n</Question>"
+    return f"{QUESTION}\n{question.strip()}\n{QUESTION_END}"
+
+
+def baseline_generation(text: str) -> str:
+    """What a sequential model generated: its text without a leading question block and the
+    `<think>` the prompt pre-filled (run folders store `trajectories/<id>.txt` that way)."""
+    if not text.startswith(QUESTION):
+        return text
+    head = render_question(parse(text, strict=False).question)
+    if not text.startswith(head):
+        return text
+    rest = text[len(head):].lstrip("\n")
+    if rest.startswith(THINK + "\n"):
+        rest = rest[len(THINK) + 1:]
+    return rest
+
+
+def open_executions(plan_block: str, phase: int) -> str:
+    """What every executor of a phase continues after the past phases: the plan as it sees it
+    (`render_plan`, or `streamed_plan` under the stream schedule), then the opened `<Execution_p>`."""
+    return f"{plan_block}\n\n{executions_open(phase)}\n"
+
+
+def open_execution(name: str) -> str:
+    """What executor p.k continues after `open_executions`: its own opened `<execution_p.k>`."""
+    return f"{execution_open(name)}\n"
 
 
 @dataclass
@@ -116,6 +147,12 @@ class Trajectory:
     def render(self) -> str:
         body = self.render_body()
         return render_question(self.question) + ("\n\n" + body if body else "")
+
+    def render_context(self) -> str:
+        """The assistant text a call continues after these phases: the body and the blank line before
+        the next block ("" before the first phase)."""
+        body = self.render_body()
+        return body + ("\n\n" if body else "")
 
     @property
     def prompt_count(self) -> int:
@@ -159,7 +196,7 @@ def _blocks(text: str, open_re: re.Pattern[str]) -> Iterator[tuple[re.Match[str]
         pos = close + len(closing) if close >= 0 else m.end()
 
 
-_Q_OPEN, _Q_CLOSE = "<Question>", "</Question>"
+_Q_OPEN, _Q_CLOSE = QUESTION, QUESTION_END
 _BLOCK_OPEN_RE = re.compile(r"<(Plan_(\d+)|Execution_(\d+)|Final_answer)>")
 _EXEC_OPEN_RE = re.compile(r"<(execution_(\d+\.\d+))>")
 # What may directly follow the question's closing tag: the generation's first block, `<think>`,
@@ -316,6 +353,30 @@ def normalize_plan(raw: str, phase: int) -> PlannerOutput:
     return PlannerOutput(plan=plan, final_answer=final)
 
 
+# A probe appended to a partial plan: it would lengthen (so change) any prompt that is still open,
+# and cannot touch a prompt that is already closed or followed by the next prompt's opening tag.
+_SETTLE_PROBE = "x</prompt>"
+
+
+def settled_prompts(raw: str, phase: int) -> tuple[str, list[Prompt]]:
+    """The normalised plan of a partial planner output and its prompts that more text cannot change.
+
+    `normalize_plan` closes a prompt left open (at a blank line or the end), so the prompts of a
+    partial text are not all finished. A prompt is settled when the normalised result is the same
+    with the probe appended: its closing tag has been written, or the next prompt has opened, or
+    the plan was cut (`<Final_answer>`, `<Execution_`). Settled prompts, and the plan text before
+    their ends, stay exactly as they are in the normalised final plan.
+    """
+    plan = normalize_plan(raw, phase).plan
+    probed = normalize_plan(raw + _SETTLE_PROBE, phase).plan
+    settled = []
+    for now, later in zip(Phase(phase, plan).prompts, Phase(phase, probed).prompts):
+        if now != later:
+            break
+        settled.append(now)
+    return plan, settled
+
+
 # ---------------------------------------------------------------------------------------------
 # Token accounting.
 
@@ -379,7 +440,7 @@ def count_tokens(traj: Trajectory, planner: Counter, executor: Counter | None = 
     planner_total = executor_total = 0
     for ph in traj.phases:
         plan_tokens = planner(strip_tags(ph.plan))
-        head = f"<Plan_{ph.number}>\n"
+        head = f"{plan_open(ph.number)}\n"
         prefixes, execs, prefixes_dec, execs_dec = [], [], [], []
         for pr in ph.prompts:
             prefixes.append(planner(strip_tags(ph.plan[: pr.end])))

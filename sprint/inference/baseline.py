@@ -11,9 +11,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from sprint.core.calls import BASELINE, CallRecord
 from sprint.inference.run import (
-    DEFAULT_URL, CallRecord, InferenceOptions, InferenceRun, RoleSampling, add_stage_command, call_seed,
-    outcome_fields, problem_fields, request,
+    DEFAULT_URL, InferenceOptions, InferenceRun, RoleSampling, add_stage_arguments, answered_call, call_seed,
+    failed_call, handle_stage, outcome_fields, problem_fields, request,
 )
 from sprint.llm.client import TRANSIENT_KINDS, Completion, LLMError, Sampling
 from sprint.core.options import check_range, option
@@ -63,7 +64,7 @@ async def baseline_problem(
         max_tokens=sampling.max_tokens,
         temperature=sampling.temperature,
         top_p=sampling.top_p,
-        seed=call_seed(seed, problem.id, "baseline"),
+        seed=call_seed(seed, problem.id, BASELINE),
         extra=extra,
     )
     started = time.time()
@@ -74,15 +75,12 @@ async def baseline_problem(
         t0 = time.time()
         try:
             done = await request(client, endpoint, payload, params, key=problem.id)
-            calls.append(CallRecord("baseline", 0, None, done.prompt_tokens, done.completion_tokens, done.finish_reason,
-                                    done.start, done.end, done.cached, 1, attempt, cached_tokens=done.cached_tokens,
-                                    server=done.server))
+            calls.append(answered_call(BASELINE, 0, None, done, run=attempt))
             failure = None
             break
         except LLMError as exc:
             failure = exc
-            calls.append(CallRecord("baseline", 0, None, 0, 0, None, t0, time.time(), False, 1, attempt, False,
-                                    f"{exc.kind}: {exc}"))
+            calls.append(failed_call(BASELINE, 0, None, t0, f"{exc.kind}: {exc}", run=attempt))
             if exc.kind not in TRANSIENT_KINDS or exc.stopped:  # stopped: the circuit breaker refused it
                 break
     generation = done.text if done else ""
@@ -127,6 +125,10 @@ def baseline(
                        lambda: _baseline_async(cfg, run, sampling, progress))
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    add_stage_command(subparsers, "baseline", "sequential baseline: one generation per problem with the same agent prompt",
-                      __doc__ or "", BaselineConfig, baseline)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    add_stage_arguments(parser, BaselineConfig)
+
+
+def handle(args: argparse.Namespace) -> int:
+    return handle_stage(args, BaselineConfig, baseline)

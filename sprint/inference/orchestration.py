@@ -43,10 +43,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from sprint.core.calls import EXECUTOR, FINAL, PLANNER, CallRecord
 from sprint.core.errors import UserError
 from sprint.inference.run import (
-    DEFAULT_URL, CallRecord, InferenceOptions, InferenceRun, RoleSampling, add_stage_command, call_seed,
-    is_transient, outcome_fields, problem_fields, request,
+    DEFAULT_URL, InferenceOptions, InferenceRun, RoleSampling, add_stage_arguments, answered_call, call_seed,
+    failed_call, handle_stage, is_transient, outcome_fields, problem_fields, request,
 )
 from sprint.llm.client import TRANSIENT_KINDS, Completion, LLMError, OnText, Sampling
 from sprint.core.options import check_range, option
@@ -54,7 +55,7 @@ from sprint.format.prompt_format import EXECUTOR_STOPS, FINAL_OPEN, FINAL_STOPS,
 from sprint.llm.replicas import ReplicaPool
 from sprint.inference.schedule import Dispatch, check_schedule, make_dispatch, schedule_names
 from sprint.tasks.registry import Problem, TaskAdapter
-from sprint.format.trajectory import Execution, Phase, Prompt, Trajectory, normalize_plan
+from sprint.format.trajectory import Execution, Phase, Prompt, Trajectory, normalize_plan, open_execution
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ def call_priority(rank: int, role: str) -> int:
     its problem's critical path and holds up all of the next phase. Then executors by their
     problem's start order (`rank`), the oldest first, so under load the problems begun earliest
     finish first instead of all together at the end (benchmarks/bench_priority.py)."""
-    return 0 if role == "planner" else 1 + rank
+    return 0 if role == PLANNER else 1 + rank
 
 
 class StepFailed(Exception):
@@ -217,7 +218,7 @@ class ProblemRun:
         sink: list[CallRecord] | None = None,
     ) -> tuple[Completion, CallRecord]:
         """One model call, recorded in `self.calls` (and `sink`) whatever its outcome."""
-        client = self.planner if role == "planner" else self.executor
+        client = self.planner if role == PLANNER else self.executor
         endpoint, payload, extra = self.fmt.request(self.problem.question, continuation)
         params = Sampling(
             max_tokens=max_tokens or sampling.max_tokens,
@@ -233,17 +234,12 @@ class ProblemRun:
             done = await request(client, endpoint, payload, params, on_text, key=self.problem.id, body=body)
         except (LLMError, asyncio.CancelledError) as exc:
             error = f"{exc.kind}: {exc}" if isinstance(exc, LLMError) else "cancelled"
-            record = CallRecord(role, phase, prompt, 0, 0, None, started, time.time(), False, draw, self.run_number,
-                                False, error)
+            record = failed_call(role, phase, prompt, started, error, draw, self.run_number)
             self.calls.append(record)
             if sink is not None:
                 sink.append(record)
             raise
-        record = CallRecord(
-            role, phase, prompt, done.prompt_tokens, done.completion_tokens, done.finish_reason,
-            done.start, done.end, done.cached, draw, self.run_number,
-            cached_tokens=done.cached_tokens, server=done.server,
-        )
+        record = answered_call(role, phase, prompt, done, draw, self.run_number)
         self.calls.append(record)
         if sink is not None:
             sink.append(record)
@@ -258,7 +254,7 @@ class ProblemRun:
         draws = 1 + (s.planner_length_retries if s.planner.temperature > 0 else 0)
         for draw in range(1, draws + 1):
             try:
-                done, record = await self._call("planner", context, PLANNER_STOPS, s.planner, phase, None, draw,
+                done, record = await self._call(PLANNER, context, PLANNER_STOPS, s.planner, phase, None, draw,
                                                 on_text=dispatch.on_text)
             except LLMError as exc:
                 raise StepFailed(f"planner call of phase {phase}", exc, 1) from None
@@ -272,7 +268,7 @@ class ProblemRun:
     async def _final(self, context: str, phase: int) -> str:
         try:
             done, _ = await self._call(
-                "planner", context + FINAL_OPEN, FINAL_STOPS, self.settings.planner, phase, "final", 1,
+                PLANNER, context + FINAL_OPEN, FINAL_STOPS, self.settings.planner, phase, FINAL, 1,
                 max_tokens=self.settings.final_max_tokens,
             )
         except LLMError as exc:
@@ -281,13 +277,13 @@ class ProblemRun:
 
     async def _execute(self, head: str, phase: int, prompt: Prompt, sink: list[CallRecord] | None = None) -> Execution:
         """One executor: it sees the plan of this phase and continues `<execution_p.k>`."""
-        continuation = head + f"<execution_{prompt.name}>\n"
+        continuation = head + open_execution(prompt.name)
         tries = self.settings.executor_retries
         for draw in range(1, tries + 1):
             async with self.executor_slots:
                 try:
                     done, _ = await self._call(
-                        "executor", continuation, EXECUTOR_STOPS, self.settings.executor, phase, prompt.name, draw,
+                        EXECUTOR, continuation, EXECUTOR_STOPS, self.settings.executor, phase, prompt.name, draw,
                         sink=sink,
                     )
                     return Execution(prompt.name, done.text.strip())
@@ -301,8 +297,7 @@ class ProblemRun:
         traj = self.trajectory = Trajectory(self.problem.question)
         truncated = 0
         for p in range(1, s.max_phases + 1):
-            body = traj.render_body()
-            context = body + ("\n\n" if body else "")
+            context = traj.render_context()
             if p == s.max_phases:
                 traj.final_answer = await self._final(context, p)
                 return ProblemOutcome(traj, True, truncated)
@@ -416,6 +411,10 @@ def orchestrate(
     return run.execute(cfg, targets, lambda: _orchestrate_async(cfg, run, progress))
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    add_stage_command(subparsers, "orchestrate", "SPRINT inference: planner/executor phases on an OpenAI-compatible server",
-                      __doc__ or "", OrchestrationConfig, orchestrate)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    add_stage_arguments(parser, OrchestrationConfig)
+
+
+def handle(args: argparse.Namespace) -> int:
+    return handle_stage(args, OrchestrationConfig, orchestrate)

@@ -18,15 +18,18 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from sprint.core.calls import CallRecord
 from sprint.core.data import safe_id
 from sprint.core.errors import ServerStopped, UserError, failed_items_exit
 from sprint.llm.client import DEFAULT_MAX_CONNECTION_FAILURES, TRANSIENT_KINDS, Completion, LLMConfig, OnText, Sampling
-from sprint.core.options import HelpFormatter, add_options, check_range, config_from, flag_name, optional_int, option
+from sprint.core.options import add_options, check_range, config_from, flag_name, optional_int, option
 from sprint.format.prompt_format import APIS, PROMPT_MODES, PromptFormat, build_prompt_format, load_agent_prompt
 from sprint.core.records import RunDir, atomic_write
 from sprint.llm.replicas import AFFINITY_HEADER, ReplicaPool, split_urls
-from sprint.llm.serve import ensure_server, is_local
-from sprint.curation.stage import Tally, crash_record, resolve_cache_dir, run_items
+from sprint.llm.fleet import ensure_replicas
+from sprint.llm.router import DEFAULT_POLICY, POLICIES, RouterWatch
+from sprint.llm.serve import ensure_server, is_local, list_models
+from sprint.core.items import Tally, crash_record, resolve_cache_dir, run_items
 from sprint.tasks.registry import Problem, TaskAdapter, TaskChoices, get_task, load_problems, task_names
 
 DEFAULT_URL = "http://127.0.0.1:8000/v1"  # a local vLLM server on its usual port
@@ -62,7 +65,7 @@ class InferenceOptions:
                       choices=APIS, var="API")
     tokenizer: str | None = option(None, "tokenizer for the chat template (default: --model-path, else the model name)",
                                    var="TOKENIZER")
-    agent_prompt: str | None = option(None, "agent prompt file (default: prompts/agent.txt; 'none' for no agent prompt)",
+    agent_prompt: str | None = option(None, "agent prompt file (default: sprint/prompts/agent.txt; 'none' for no agent prompt)",
                                       var="AGENT_PROMPT")
     seed: int | None = option(0, "base of the per-call seeds ('none': the server's choice)", type=optional_int,
                               var="SEED")
@@ -81,6 +84,10 @@ class InferenceOptions:
     affinity_header: str = option(AFFINITY_HEADER, "header carrying the problem id on every request, so a router "
                                   "in front of several servers keeps a problem on one ('none': no header)",
                                   var="AFFINITY_HEADER")
+    replicas: int = option(1, "with --model-path and nothing answering on the local URL: start this many vLLM "
+                           "replicas behind vllm-router there (`sprint serve --replicas`)", var="REPLICAS")
+    router_policy: str = option(DEFAULT_POLICY, "vllm-router policy for --replicas", choices=POLICIES,
+                                var="ROUTER_POLICY")
 
     def __post_init__(self) -> None:
         if self.task not in task_names():
@@ -92,6 +99,7 @@ class InferenceOptions:
         check_range(cls, "max_connection_failures", self.max_connection_failures, low=0)
         check_range(cls, "timeout", self.timeout, low=0.001)  # 0 s would fail every call
         check_range(cls, "max_tokens", self.max_tokens, low=1)
+        check_range(cls, "replicas", self.replicas, low=1)
 
     def cache_path(self) -> Path | None:
         return resolve_cache_dir(Path(self.out_dir), self.cache_dir, self.use_cache)
@@ -115,6 +123,8 @@ class InferenceOptions:
         """
         config = asdict(self)
         config.pop("model_path")
+        config.pop("replicas")  # how the local servers were started, like the model path: not the run's identity
+        config.pop("router_policy")
         config.pop("use_cache")
         cache = self.cache_path()
         config["cache_dir"] = str(cache) if cache is not None else None
@@ -137,27 +147,9 @@ class RoleSampling:
             raise UserError(f"bad sampling: temperature {self.temperature} (>= 0), top_p {self.top_p} (in (0, 1])")
 
 
-def add_stage_command(
-    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
-    name: str,
-    help: str,
-    description: str,
-    cls: type[InferenceOptions],
-    entry: Callable[..., dict[str, Any]],
-) -> None:
-    """The subcommand `name`: the flags of `cls` (the stage's own, its models, first; then the shared
-    ones; then run control), and a handler that runs `entry(cfg, ...)` and prints the summary line."""
-
-    def handler(args: argparse.Namespace) -> int:
-        cfg = config_from(cls, args)
-        summary = entry(cfg, overwrite=args.overwrite, retry_failed=args.retry_failed, progress=args.progress)
-        print_summary(summary, cfg.out_dir)
-        # exit 3 when problems failed (sprint.core.errors): the count by kind, and the command that retries them
-        return failed_items_exit(summary.get("failed_kinds") or {}, summary.get("retryable", 0), what="problems",
-                                 argv=getattr(args, "argv", None),
-                                 retry_hint="a re-run keeps them; --overwrite starts the run afresh")
-
-    parser = subparsers.add_parser(name, help=help, description=description, formatter_class=HelpFormatter)
+def add_stage_arguments(parser: argparse.ArgumentParser, cls: type[InferenceOptions]) -> None:
+    """The flags of `sprint orchestrate` / `sprint baseline` from `cls`: the stage's own (its models)
+    first, then the shared ones, then run control."""
     shared = [f.name for f in fields(InferenceOptions)]
     add_options(parser, cls, skip=shared)
     add_options(parser, cls, skip=[f.name for f in fields(cls) if f.name not in shared])
@@ -166,35 +158,36 @@ def add_stage_command(
     parser.add_argument("--no-retry-failed", dest="retry_failed", action="store_false",
                         help="keep failed records on resume (default: redo the retryable ones)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    parser.set_defaults(func=handler)
+
+
+def handle_stage(args: argparse.Namespace, cls: type[InferenceOptions], entry: Callable[..., dict[str, Any]]) -> int:
+    """What `sprint orchestrate` / `sprint baseline` do: `entry(cfg, ...)`, then the summary line; exit 3
+    when problems failed (sprint.core.errors), with the count by kind and the command that retries them."""
+    cfg = config_from(cls, args)
+    summary = entry(cfg, overwrite=args.overwrite, retry_failed=args.retry_failed, progress=args.progress)
+    print_summary(summary, cfg.out_dir)
+    return failed_items_exit(summary.get("failed_kinds") or {}, summary.get("retryable", 0), what="problems",
+                             argv=getattr(args, "argv", None),
+                             retry_hint="a re-run keeps them; --overwrite starts the run afresh")
 
 
 # ---------------------------------------------------------------------------------------------
 # Calls and records
 
 
-@dataclass
-class CallRecord:
-    """One model call as stored in records.jsonl.
+def answered_call(role: str, phase: int, prompt: str | None, done: Completion, draw: int = 1,
+                  run: int = 1) -> CallRecord:
+    """The record of a call the server (or the response cache) answered."""
+    return CallRecord(role, phase, prompt, done.prompt_tokens, done.completion_tokens, done.finish_reason,
+                      done.start, done.end, done.cached, draw, run, cached_tokens=done.cached_tokens,
+                      server=done.server)
 
-    `prompt` is the prompt name p.k for an executor, "final" for the forced final answer, else None.
-    """
 
-    role: str  # planner | executor | baseline
-    phase: int
-    prompt: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    finish_reason: str | None
-    start: float
-    end: float
-    cached: bool
-    draw: int = 1  # 1 + index of the redraw (planner length retries, executor retries)
-    run: int = 1  # problem-level attempt
-    kept: bool = True  # False: failed, cancelled, a plan redrawn for length, or an execution thrown away (stream)
-    error: str | None = None
-    cached_tokens: int | None = None  # prompt tokens the server had in its prefix cache (when it says)
-    server: str | None = None  # the replica that answered (None: on-disk cache hit or failed call)
+def failed_call(role: str, phase: int, prompt: str | None, started: float, error: str, draw: int = 1,
+                run: int = 1) -> CallRecord:
+    """The record of a call that failed or was cancelled: no tokens, not kept."""
+    return CallRecord(role, phase, prompt, start=started, end=time.time(), draw=draw, run=run, kept=False,
+                      error=error)
 
 
 def call_seed(seed: int | None, *parts: object) -> int | None:
@@ -237,7 +230,7 @@ def prefix_cache_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def outcome_fields(calls: list[CallRecord], attempts: int, started: float, failure: BaseException | None) -> dict[str, Any]:
     """The last keys of every record: its calls, attempts, timing and status (error fields on failure)."""
-    fields_ = {"calls": [asdict(c) for c in calls], "attempts": attempts, "start": started, "end": time.time(),
+    fields_ = {"calls": [c.as_dict() for c in calls], "attempts": attempts, "start": started, "end": time.time(),
                "status": "ok", "error": None}
     if failure is not None:
         fields_.update(failure_fields(failure))
@@ -399,7 +392,7 @@ class InferenceRun:
         text_of: Callable[[dict], str],
         crash_text: Callable[[Problem], dict[str, Any]],
     ) -> None:
-        """Solve the problems not yet in the folder with `sprint.curation.stage.run_items`, writing each
+        """Solve the problems not yet in the folder with `sprint.core.items.run_items`, writing each
         record's text to trajectories/<id>.txt; a crash becomes a record with `crash_text`'s fields."""
         folder = self.run_dir.path / "trajectories"
         started: dict[str, float] = {}
@@ -428,15 +421,19 @@ class InferenceRun:
 
         The manifest is finished even when a server stopped answering, so it counts what was done.
         """
-        with self.run_dir, local_servers(targets):  # the folder's lock is released however the run ends
+        # the folder's lock is released however the run ends
+        with self.run_dir, local_servers(targets, cfg.replicas, cfg.router_policy):
+            # behind a router the records cannot name the replica: count per worker before and after
+            watch = RouterWatch.start([u for urls, _, _ in targets for u in split_urls(urls)])
             try:
                 usage = asyncio.run(main())
             except ServerStopped:
-                self.finish(cfg, {})
+                self.finish(cfg, {}, watch.delta())
                 raise
-            return self.finish(cfg, usage)
+            return self.finish(cfg, usage, watch.delta())
 
-    def finish(self, cfg: InferenceOptions, usage: dict[str, Any]) -> dict[str, Any]:
+    def finish(self, cfg: InferenceOptions, usage: dict[str, Any],
+               routers: dict[str, Any] | None = None) -> dict[str, Any]:
         """Write the manifest (inputs, prompt, usage, summary) and return the summary."""
         done = self.run_dir.done
         records = [done[p.id] for p in self.problems if p.id in done]
@@ -447,7 +444,7 @@ class InferenceRun:
             usage=usage,
             extra={"summary": summary, "model_path": cfg.model_path,
                    "tokenizer_used": self.tokenizer if self.fmt.template else None,
-                   "prefix_cache": prefix_cache_stats(records)},
+                   "prefix_cache": prefix_cache_stats(records), **({"routers": routers} if routers else {})},
         )
         return summary
 
@@ -467,8 +464,10 @@ def problems_fingerprint(problems: list[Problem]) -> str:
 
 
 @contextlib.contextmanager
-def local_servers(targets: list[tuple[str, str, str | None]]) -> Iterator[None]:
-    """Start vLLM for local URLs where nothing answers and a model path is known; stop it after."""
+def local_servers(targets: list[tuple[str, str, str | None]], replicas: int = 1,
+                  policy: str = DEFAULT_POLICY) -> Iterator[None]:
+    """Start vLLM for local URLs where nothing answers and a model path is known (`replicas` > 1:
+    that many behind vllm-router on the URL's port); stop them after."""
     with contextlib.ExitStack() as stack:
         seen: set[tuple[str, str]] = set()
         for urls, model, model_path in targets:
@@ -476,5 +475,8 @@ def local_servers(targets: list[tuple[str, str, str | None]]) -> Iterator[None]:
                 if (url, model) in seen or not model_path or not is_local(url):
                     continue
                 seen.add((url, model))
-                stack.enter_context(ensure_server(url, model, model_path))
+                if replicas > 1 and list_models(url) is None:
+                    stack.enter_context(ensure_replicas(url, model, model_path, replicas, policy))
+                else:
+                    stack.enter_context(ensure_server(url, model, model_path))
         yield

@@ -10,12 +10,13 @@ which schedule it runs:
 barrier (the authors' reference code): the executors start when the plan is complete, and each
 sees the whole plan `<Plan_p>…</Plan_p>`.
 stream (the paper's text): executor p.k starts as soon as its prompt is settled in the planner's
-text so far (`settled_prompts`). It sees the past phases + `<Plan_p>\\n` + the normalised plan up
-to and including its own `</prompt_p.k>` + `\\n\\n<Execution_p>\\n`: no `</Plan_p>` and none of
-the later prompts. Every executor of the phase gets this context, also one started only when the
-plan ends (a prompt cut by the token limit, a cache hit), so the requests depend on the final plan
-only, never on timing. A restarted planner stream (the client retried a dropped stream) keeps the
-executors whose plan prefix the new text repeats and cancels the others once it diverges.
+text so far (`sprint.format.trajectory.settled_prompts`). It sees the past phases + `<Plan_p>\\n` +
+the normalised plan up to and including its own `</prompt_p.k>` + `\\n\\n<Execution_p>\\n`: no
+`</Plan_p>` and none of the later prompts. Every executor of the phase gets this context, also one
+started only when the plan ends (a prompt cut by the token limit, a cache hit), so the requests
+depend on the final plan only, never on timing. A restarted planner stream (the client retried a
+dropped stream) keeps the executors whose plan prefix the new text repeats and cancels the others
+once it diverges.
 
 `SCHEDULES` is the one registry of schedule names; `make_dispatch` builds one phase's dispatcher.
 """
@@ -25,37 +26,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from sprint.core.calls import CallRecord
 from sprint.core.errors import UserError
-from sprint.format.trajectory import Execution, Phase, Prompt, normalize_plan
+from sprint.format.trajectory import Execution, Phase, Prompt, open_executions, settled_prompts
 
 # (head, phase, prompt, sink) -> the execution; `sink` collects the call records it makes.
-ExecuteFn = Callable[[str, int, Prompt, "list[Any] | None"], Awaitable[Execution]]
-
-# A probe appended to a partial plan: it would lengthen (so change) any prompt that is still open,
-# and cannot touch a prompt that is already closed or followed by the next prompt's opening tag.
-_SETTLE_PROBE = "x</prompt>"
-
-
-def settled_prompts(raw: str, phase: int) -> tuple[str, list[Prompt]]:
-    """The normalised plan of a partial planner output and its prompts that more text cannot change.
-
-    `normalize_plan` closes a prompt left open (at a blank line or the end), so the prompts of a
-    partial text are not all finished. A prompt is settled when the normalised result is the same
-    with the probe appended: its closing tag has been written, or the next prompt has opened, or
-    the plan was cut (`<Final_answer>`, `<Execution_`). Settled prompts, and the plan text before
-    their ends, stay exactly as they are in the normalised final plan.
-    """
-    plan = normalize_plan(raw, phase).plan
-    probed = normalize_plan(raw + _SETTLE_PROBE, phase).plan
-    settled = []
-    for now, later in zip(Phase(phase, plan).prompts, Phase(phase, probed).prompts):
-        if now != later:
-            break
-        settled.append(now)
-    return plan, settled
-
+ExecuteFn = Callable[[str, int, Prompt, "list[CallRecord] | None"], Awaitable[Execution]]
 
 class Dispatch(Protocol):
     """One phase's executor dispatcher (the interface both schedules share)."""
@@ -96,7 +74,7 @@ class BarrierDispatch:
     async def collect(self, plan: str) -> list[Execution]:
         p = self.phase
         phase = Phase(p, plan)
-        head = self.context + phase.render_plan() + f"\n\n<Execution_{p}>\n"
+        head = self.context + open_executions(phase.render_plan(), p)
         tasks = [asyncio.ensure_future(self.execute(head, p, pr, None)) for pr in phase.prompts]
         return await _gather_or_cancel(tasks)
 
@@ -109,7 +87,7 @@ class _Launched:
     """An executor started by the stream schedule, with the calls it made so far."""
 
     task: asyncio.Task
-    records: list[Any]  # call records (with a `kept` flag)
+    records: list[CallRecord]  # the calls it made so far
 
 
 class StreamDispatch:
@@ -131,8 +109,7 @@ class StreamDispatch:
 
     def head(self, plan: str, prompt: Prompt) -> str:
         """What executor `prompt` continues (before its `<execution_p.k>\n`): the plan up to its prompt."""
-        p = self.phase
-        return self.context + f"<Plan_{p}>\n" + plan[: prompt.end] + f"\n\n<Execution_{p}>\n"
+        return self.context + open_executions(Phase(self.phase, plan).streamed_plan(prompt), self.phase)
 
     def on_text(self, text: str) -> None:  # type: ignore[override]
         if text.startswith(self._text):
@@ -174,7 +151,7 @@ class StreamDispatch:
         key = plan[: prompt.end]
         if key in self.launched:
             return
-        records: list[Any] = []
+        records: list[CallRecord] = []
         task = asyncio.ensure_future(self.execute(self.head(plan, prompt), self.phase, prompt, records))
         self.launched[key] = _Launched(task, records)
 

@@ -11,7 +11,6 @@ run can be replayed offline against no server at all.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import email.utils
 import hashlib
 import json
@@ -27,6 +26,7 @@ from typing import Any
 import openai
 
 from sprint.core.errors import UserError
+from sprint.core.items import RUN_STOP  # the item loop's stop signal, tripped by the circuit breaker
 from sprint.llm.ratelimit import Charge, RateLimiter
 from sprint.core.records import atomic_write
 
@@ -44,22 +44,6 @@ TRANSIENT_KINDS = frozenset({"timeout", "server_error", "rate_limit", "connectio
 OnText = Callable[[str], None]
 
 DEFAULT_MAX_CONNECTION_FAILURES = 10  # failed connections in a row before a client stops calling (0: never)
-
-
-@dataclass
-class RunStop:
-    """Why the current run should start no more items (set by a client whose circuit breaker tripped)."""
-
-    reason: str | None = None
-
-    def trip(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-
-
-# The stop signal of the item loop running in this context (`sprint.curation.stage.run_items` sets it; tasks
-# it creates inherit it). Not a global: each run, and each asyncio context, has its own.
-RUN_STOP: contextvars.ContextVar[RunStop | None] = contextvars.ContextVar("sprint_run_stop", default=None)
 
 
 @dataclass(frozen=True)

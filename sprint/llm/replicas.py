@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sprint.core.errors import UserError
-from sprint.llm.client import RUN_STOP, Completion, LLMClient, LLMConfig, LLMError, OnText, Sampling, Usage
+from sprint.core.items import RUN_STOP
+from sprint.llm.client import Completion, LLMClient, LLMConfig, LLMError, OnText, Sampling, Usage
 
 log = logging.getLogger(__name__)
 

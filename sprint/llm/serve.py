@@ -8,14 +8,12 @@ to it over HTTP like any other OpenAI-compatible endpoint.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -28,9 +26,9 @@ from typing import IO, Any
 from urllib.parse import urlparse
 
 from sprint.core.errors import UserError
-from sprint.core.options import add_command, config_from, option
+from sprint.core.options import option
+from sprint.core.resources import VLLM_ENV
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 # The child always gets these unless the caller's environment says otherwise: no hub downloads,
@@ -41,7 +39,8 @@ LOG_TAIL_LINES = 40
 
 @dataclass
 class ServeConfig:
-    """`sprint serve` settings (`vllm_command` and `start_vllm` take the same defaults from here)."""
+    """One server's settings (`vllm_command` and `start_vllm` take the same defaults from here); the `sprint serve`
+    command is `sprint.llm.fleet`, whose `FleetConfig` adds the replicas and their router."""
 
     model_dir: Path = option(help="local Hugging Face model folder", flags=("model_dir",), type=Path)
     served_model_name: str | None = option(None, "name clients ask for (default: the folder name)")
@@ -56,11 +55,11 @@ class ServeConfig:
 
 
 def default_python() -> Path:
-    """The Python that has vLLM: $VLLM_PYTHON, else $VLLM_VENV/bin/python, else <repo>/.venv-vllm."""
+    """The Python that has vLLM: $VLLM_PYTHON, else $VLLM_VENV/bin/python, else <checkout>/.venv-vllm
+    (a wheel has no checkout: then one of the variables or --python must be given, a UserError says so)."""
     if os.environ.get("VLLM_PYTHON"):
         return Path(os.environ["VLLM_PYTHON"])
-    venv = Path(os.environ.get("VLLM_VENV") or REPO_ROOT / ".venv-vllm")
-    return venv / "bin" / "python"
+    return VLLM_ENV.require("or VLLM_PYTHON, or --python") / "bin" / "python"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -357,43 +356,3 @@ def ensure_server(
     finally:
         server.stop()
 
-
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    add_command(subparsers, "serve", _main, ServeConfig,
-                help="serve a local model with vLLM in the foreground (Ctrl-C stops it)",
-                description="Start vLLM (from .venv-vllm) for a local model folder and keep it running until Ctrl-C.")
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _main(args: argparse.Namespace) -> int:
-    cfg = config_from(ServeConfig, args)
-    name = cfg.served_model_name or cfg.model_dir.resolve().name
-    server = start_vllm(
-        cfg.model_dir,
-        name,
-        cfg.port,
-        python=cfg.python,
-        host=cfg.host,
-        max_model_len=cfg.max_model_len,
-        dtype=cfg.dtype,
-        log_path=cfg.log,
-        extra_args=shlex.split(cfg.vllm_args),
-    )
-    # Make `kill` behave like Ctrl-C so the finally block below always stops the child.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        print(f"starting vLLM for {cfg.model_dir} (log: {server.log_path})", file=sys.stderr, flush=True)
-        server.wait_ready(cfg.timeout)
-        print(server.base_url, flush=True)
-        print(f"serving model {name!r} at {server.base_url}; Ctrl-C stops it", file=sys.stderr, flush=True)
-        code = server.process.wait()
-        raise UserError(f"vLLM exited with code {code}; last lines of {server.log_path}:\n{log_tail(server.log_path)}")
-    except KeyboardInterrupt:
-        print("stopping vLLM", file=sys.stderr, flush=True)
-        return 0
-    finally:
-        server.stop()
-        signal.signal(signal.SIGTERM, previous)

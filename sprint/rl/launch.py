@@ -1,6 +1,7 @@
-"""Launch latency-aware GRPO (run_grpo.sh): build the rows, start `swift rollout`, run `swift rlhf`.
+"""Latency-aware GRPO, `sprint grpo` (what run_grpo.sh runs, in .venv-rl): build the rows, start
+`swift rollout`, run `swift rlhf`.
 
-Three commands, from configs/grpo.yaml plus the options below (each set by a run_grpo.sh variable):
+Three commands, from sprint/configs/grpo.yaml plus the options below (each set by a run_grpo.sh variable):
 1. `python -m sprint.rl.grpo_data`: the training rows (question, gold, task, reference length);
 2. `swift rollout ... --multi_turn_scheduler sprint --external_plugins sprint/rl/plugin.py`: the vLLM
    server whose scheduler runs SPRINT rollouts (its environment carries the loop's settings);
@@ -24,11 +25,18 @@ from typing import Any
 
 from sprint.core.errors import UserError
 from sprint.core.options import HelpFormatter, add_options, config_from, option
+from sprint.core.resources import RL_ENV, config_file, package_file
 from sprint.tasks.registry import task_names
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PLUGIN = REPO_ROOT / "sprint" / "rl" / "plugin.py"
-DEFAULT_CONFIG = REPO_ROOT / "configs" / "grpo.yaml"
+PLUGIN = package_file("rl", "plugin.py")  # ms-swift loads it by file name
+DEFAULT_CONFIG = config_file("grpo.yaml")
+
+
+def default_swift_bin() -> str | None:
+    """$RL_VENV/bin/swift, else the checkout's .venv-rl/bin/swift; None from a wheel without RL_VENV
+    (then `swift_bin` resolves it: SWIFT_BIN or RL_VENV must be set, a UserError says so)."""
+    venv = RL_ENV.path()
+    return str(venv / "bin" / "swift") if venv is not None else None
 
 
 @dataclass
@@ -55,14 +63,16 @@ class GRPOOptions:
     train_devices: str | None = option(None, "CUDA_VISIBLE_DEVICES of the trainer", var="TRAIN_DEVICES")
     rollout_timeout: float = option(1800.0, "seconds to wait for the rollout server to answer /health/",
                                     var="ROLLOUT_TIMEOUT")
+    rollout_args: str | None = option(None, "extra `swift rollout` flags, one string (they come last: they win)",
+                                      var="ROLLOUT_ARGS")
     num_generations: int | None = option(None, "GRPO group size (config: 8)", var="NUM_GENERATIONS")
     learning_rate: float | None = option(None, "config: 1e-6", flags=("--lr",), var="LR")
     beta: float | None = option(None, "KL coefficient (config: 0.001)", var="BETA")
     reward_weights: str | None = option(None, "weights of correct,format,latency, e.g. `1 0.2 0.5`",
                                         var="REWARD_WEIGHTS")
     max_steps: int | None = option(None, "stop after this many optimizer steps", var="MAX_STEPS")
-    swift_bin: str = option(str(REPO_ROOT / ".venv-rl" / "bin" / "swift"), "ms-swift launcher of the RL venv "
-                            "(scripts/install_rl.sh)", var="SWIFT_BIN")
+    swift_bin: str | None = option(default_swift_bin(), "ms-swift launcher of the RL venv (scripts/install_rl.sh; "
+                                   "default $RL_VENV/bin/swift, in a checkout .venv-rl/bin/swift)", var="SWIFT_BIN")
     dry_run: bool = option(False, "print the three commands and stop", var="DRY_RUN")
 
 
@@ -82,7 +92,8 @@ def load_recipe(path: str) -> dict[str, dict[str, Any]]:
     try:
         recipe = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except OSError as exc:
-        raise UserError(f"cannot read the GRPO config {path} ({exc.strerror}); pass CONFIG=configs/grpo.yaml") from None
+        raise UserError(f"cannot read the GRPO config {path} ({exc.strerror}); "
+                        f"pass CONFIG=PATH (the shipped recipe is {DEFAULT_CONFIG})") from None
     unknown = set(recipe) - {"scheduler", "rollout", "rlhf"}
     if unknown:
         raise UserError(f"{path}: unknown section(s) {', '.join(sorted(unknown))}; use scheduler, rollout, rlhf")
@@ -105,7 +116,7 @@ def rows_path(opts: GRPOOptions) -> Path:
 
 def build_commands(opts: GRPOOptions, rollout_extra: list[str] = (), rlhf_extra: list[str] = ()) -> dict[str, Command]:
     recipe = load_recipe(opts.config)
-    swift = opts.swift_bin
+    swift = opts.swift_bin or str(RL_ENV.require("or SWIFT_BIN, or --swift-bin") / "bin" / "swift")
     data = [sys.executable, "-m", "sprint.rl.grpo_data", "--data", opts.data, "--output", str(rows_path(opts)),
             "--task", opts.task]
     for flag, value in (("--split", opts.split), ("--range", opts.range), ("--reference-run", opts.reference_run),
@@ -119,7 +130,7 @@ def build_commands(opts: GRPOOptions, rollout_extra: list[str] = (), rlhf_extra:
                    **({"CUDA_VISIBLE_DEVICES": opts.rollout_devices} if opts.rollout_devices else {})}
     rollout = [swift, "rollout", "--model", opts.model, *flags(recipe["rollout"]),
                "--external_plugins", str(PLUGIN), "--host", opts.rollout_host, "--port", str(opts.rollout_port),
-               *rollout_extra]
+               *shlex.split(opts.rollout_args or ""), *rollout_extra]
     server = ["--vllm_server_base_url", opts.rollout_url] if opts.rollout_url else \
         ["--vllm_server_host", opts.rollout_host, "--vllm_server_port", str(opts.rollout_port)]
     overrides = {"num_generations": opts.num_generations, "learning_rate": opts.learning_rate, "beta": opts.beta,
@@ -168,8 +179,9 @@ def run(opts: GRPOOptions, rollout_extra: list[str], rlhf_extra: list[str]) -> i
         print(f"# {name}\n{commands[name].shell()}", flush=True)
     if opts.dry_run:
         return 0
-    if not Path(opts.swift_bin).exists():
-        raise UserError(f"ms-swift not found at {opts.swift_bin}; run scripts/install_rl.sh (or set SWIFT_BIN)")
+    swift = commands["rlhf"].argv[0]
+    if not Path(swift).exists():
+        raise UserError(f"ms-swift not found at {swift}; run scripts/install_rl.sh (or set SWIFT_BIN / RL_VENV)")
     out = Path(opts.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     code = subprocess.run(commands["data"].argv, env=_environ(commands["data"])).returncode
@@ -195,21 +207,28 @@ def run(opts: GRPOOptions, rollout_extra: list[str], rlhf_extra: list[str]) -> i
         log.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    rlhf_extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(prog="python -m sprint.rl.launch", description=__doc__,
-                                     formatter_class=HelpFormatter)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     add_options(parser, GRPOOptions)
-    parser.add_argument("--rollout-args", default="", help="extra `swift rollout` flags, one string")
+    parser.add_argument("rlhf_extra", nargs=argparse.REMAINDER,
+                        help="after --: more `swift rlhf` arguments (they win over the config)")
+
+
+def handle(args: argparse.Namespace) -> int:
+    extra = list(args.rlhf_extra or [])
+    return run(config_from(GRPOOptions, args), [], extra[1:] if extra[:1] == ["--"] else extra)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m sprint.rl.launch …`, the same as `sprint grpo …` (what run_grpo.sh runs)."""
+    parser = argparse.ArgumentParser(prog="python -m sprint.rl.launch", formatter_class=HelpFormatter)
+    register(parser)
     args = parser.parse_args(argv)
-    opts = config_from(GRPOOptions, args)
     try:
-        return run(opts, shlex.split(args.rollout_args), rlhf_extra)
+        return handle(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
 
 
 if __name__ == "__main__":

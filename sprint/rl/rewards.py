@@ -18,7 +18,7 @@ trajectory model (parse + token accounting); nothing else parses the tags.
   reference is the problem's own sequential length, from a dataset column or a baseline run
   (see sprint.rl.grpo_data).
 
-Weights are ms-swift's `--reward_weights` (configs/grpo.yaml), one per reward, in this order.
+Weights are ms-swift's `--reward_weights` (sprint/configs/grpo.yaml), one per reward, in this order.
 """
 
 from __future__ import annotations

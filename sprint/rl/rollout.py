@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sprint.core.calls import EXECUTOR, PLANNER, CallRecord
 from sprint.core.errors import UserError
 from sprint.inference.run import RoleSampling
 from sprint.llm.client import Completion, LLMError, OnText, Sampling
@@ -55,7 +56,7 @@ class RolloutConfig:
     schedule: str = option("barrier", "when a phase's executors start (sprint.inference.schedule); the engine does not "
                            "stream, so `stream` starts them when the plan ends, with the stream layout",
                            choices=schedule_names(), var="SPRINT_RL_SCHEDULE")
-    agent_prompt: str | None = option(None, "agent prompt file (default prompts/agent.txt; `none`: no agent "
+    agent_prompt: str | None = option(None, "agent prompt file (default sprint/prompts/agent.txt; `none`: no agent "
                                       "prompt); must be the one the policy was fine-tuned with",
                                       var="SPRINT_RL_AGENT_PROMPT")
     executor_concurrency: int = option(64, "executor calls in flight per trajectory",
@@ -122,14 +123,25 @@ class Generation:
 
 @dataclass
 class CallSample:
-    """One model call of a rollout, as the trainer needs it."""
+    """One model call of a rollout as the trainer needs it: what the model continued, what it
+    sampled, and the loop's record of the call (attached once the loop has recorded it)."""
 
     messages: list[dict[str, str]]  # what the model continued: user turn (+ the assistant text so far)
     prefix: str  # the assistant text before the generation (prompt context, no loss)
     generation: Generation
-    role: str = ""  # planner | executor (set from the loop's call records)
-    phase: int = 0
-    prompt: str | None = None  # p.k for an executor, "final" for a forced final answer
+    call: CallRecord | None = None  # role, phase, prompt (p.k, or FINAL for a forced final answer), …
+
+    @property
+    def role(self) -> str:
+        return self.call.role if self.call else ""
+
+    @property
+    def phase(self) -> int:
+        return self.call.phase if self.call else 0
+
+    @property
+    def prompt(self) -> str | None:
+        return self.call.prompt if self.call else None
 
 
 Generate = Callable[[list[dict[str, str]], Sampling], Awaitable[Generation]]
@@ -198,15 +210,15 @@ async def run_rollout(row: Mapping[str, Any], config: RolloutConfig, generate: G
     if len(answered) != len(client.samples):
         raise AssertionError(f"{len(answered)} successful calls recorded, {len(client.samples)} answered")
     for call, sample in zip(answered, client.samples):
-        sample.role, sample.phase, sample.prompt = call["role"], call["phase"], call["prompt"]
+        sample.call = CallRecord.from_dict(call)
     infos = trajectory_infos(record["trajectory"], count, status=record["status"],
                              forced_final=record["forced_final"])
     infos.update({
         "problem_id": problem.id,
         "error": record["error"],
         "num_turns": len(client.samples),  # ms-swift logs it; here: model calls of the trajectory
-        "planner_calls": sum(s.role == "planner" for s in client.samples),
-        "executor_calls": sum(s.role == "executor" for s in client.samples),
+        "planner_calls": sum(s.role == PLANNER for s in client.samples),
+        "executor_calls": sum(s.role == EXECUTOR for s in client.samples),
         "generated_tokens": sum(len(s.generation.token_ids) for s in client.samples),
     })
     return Rollout(record, client.samples, infos)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from sprint.core.errors import UserError
+from sprint.format.boxed import braced, last_boxed
 
 # Seconds Math-Verify may spend on one parse or one comparison before the answer counts as wrong.
 DEFAULT_TIMEOUT_S = 5
@@ -50,64 +51,6 @@ for _name in ("math_verify.parser", "math_verify.grader"):
     _logger = logging.getLogger(_name)
     if not any(isinstance(f, _DropTimeoutNotice) for f in _logger.filters):
         _logger.addFilter(_DropTimeoutNotice())
-
-
-# --------------------------------------------------------------------------- boxed answers
-
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-
-
-def _braced(text: str, start: int) -> tuple[str, int] | None:
-    """Content of the balanced `{...}` opening at `start`, and the index after it."""
-    depth = 0
-    i = start
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":  # `\{`, `\}` and `\\` are escapes, not grouping
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i], i + 1
-        i += 1
-    return None
-
-
-def _one_box(text: str, after: int) -> tuple[str, int] | None:
-    """Parse what follows `\\boxed` at index `after`: `{...}` or the `\\boxed 5` form."""
-    i = after
-    while i < len(text) and text[i] in " \t":
-        i += 1
-    if i < len(text) and text[i] == "{":
-        return _braced(text, i)
-    if i == after or i >= len(text):  # `\boxed` glued to nothing, or at the very end
-        return None
-    m = re.match(r"[^\s$]+", text[i:])
-    if m is None:
-        return None
-    return m.group(0).rstrip(".,;"), i + m.end()
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last complete `\\boxed{...}` / `\\fbox{...}` (nested braces kept)."""
-    if not text:
-        return None
-    found: str | None = None
-    pos = 0
-    while True:
-        m = _BOX_RE.search(text, pos)
-        if m is None:
-            return found
-        got = _one_box(text, m.end())
-        if got is None:
-            pos = m.end()
-            continue
-        content, end = got
-        found = content.strip()
-        pos = end
 
 
 # --------------------------------------------------------------------------- normalisation
@@ -415,13 +358,13 @@ def _latex_frac_to_div(s: str) -> str:
         j = i + len("\\frac")
         while j < len(s) and s[j] == " ":
             j += 1
-        first = _braced(s, j) if j < len(s) and s[j] == "{" else None
+        first = braced(s, j) if j < len(s) and s[j] == "{" else None
         if first is None:
             return s
         k = first[1]
         while k < len(s) and s[k] == " ":
             k += 1
-        second = _braced(s, k) if k < len(s) and s[k] == "{" else None
+        second = braced(s, k) if k < len(s) and s[k] == "{" else None
         if second is None:
             return s
         s = s[:i] + f"(({first[0]})/({second[0]}))" + s[second[1] :]

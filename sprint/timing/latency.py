@@ -43,7 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sprint.core.calls import EXECUTOR, FINAL, PLANNER, CallRecord
 from sprint.core.errors import UserError
+from sprint.format import tags
 from sprint.format.trajectory import Counter, Trajectory, render_question
 
 SCHEDULES = ("barrier", "stream")
@@ -100,27 +102,17 @@ def load_latency_model(path: str | Path) -> LatencyModel:
 
 
 @dataclass
-class CallTiming:
-    """One model call on the critical-path timeline (seconds from the start of the problem)."""
-
-    role: str  # "planner" | "executor" | "final"
-    name: str  # "1" for the plan of phase 1, "1.2" for execution_1.2, "final"
-    start: float
-    end: float
-    prompt_tokens: int
-    generated_tokens: int
-
-
-@dataclass
 class PathTiming:
+    """A modelled timeline: its calls in seconds from the start of the problem."""
+
     schedule: str
     total: float
     phase_ends: list[float] = field(default_factory=list)
-    calls: list[CallTiming] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
 
 
-def _tags(counter: Counter, *tags: str) -> int:
-    return sum(counter(t) for t in tags)
+def _tags(counter: Counter, *texts: str) -> int:
+    return sum(counter(t) for t in texts)
 
 
 def critical_path_timeline(
@@ -154,22 +146,22 @@ def critical_path_timeline(
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     step = model.step(1)
     timing = PathTiming(schedule, 0.0)
-    context = prompt_overhead_tokens + counter(render_question(traj.question)) + counter("<think>")
+    context = prompt_overhead_tokens + counter(render_question(traj.question)) + counter(tags.THINK)
     now = 0.0
     for phase in traj.phases:
         p = phase.number
-        planner_prompt = context + counter(f"<Plan_{p}>")
+        planner_prompt = context + counter(tags.plan_open(p))
         plan_tokens = counter(phase.plan)
-        close_plan = counter(f"</Plan_{p}>")
+        close_plan = counter(tags.plan_close(p))
         plan_generated = plan_tokens + (close_plan if stop_tags else 0)
         decode_start = now + model.prefill(planner_prompt)
         plan_end = decode_start + plan_generated * step
-        timing.calls.append(CallTiming("planner", str(p), now, plan_end, planner_prompt, plan_generated))
+        timing.calls.append(CallRecord(PLANNER, p, None, planner_prompt, plan_generated, start=now, end=plan_end))
         phase_end = plan_end
         for prompt in phase.prompts:
             execution = phase.execution(prompt.name)
             exec_tokens = counter(execution.text) if execution else 0
-            opening = _tags(counter, f"<Execution_{p}>", f"<execution_{prompt.name}>")
+            opening = _tags(counter, tags.executions_open(p), tags.execution_open(prompt.name))
             if schedule == "stream":
                 seen = counter(phase.plan[: prompt.end])
                 start = decode_start + seen * step
@@ -177,18 +169,19 @@ def critical_path_timeline(
                 seen = plan_tokens + close_plan
                 start = plan_end
             exec_prompt = planner_prompt + seen + opening
-            generated = exec_tokens + (counter(f"</execution_{prompt.name}>") if stop_tags else 0)
+            generated = exec_tokens + (counter(tags.execution_close(prompt.name)) if stop_tags else 0)
             end = start + model.prefill(exec_prompt) + generated * step
-            timing.calls.append(CallTiming("executor", prompt.name, start, end, exec_prompt, generated))
+            timing.calls.append(CallRecord(EXECUTOR, p, prompt.name, exec_prompt, generated, start=start, end=end))
             phase_end = max(phase_end, end)
         timing.phase_ends.append(phase_end)
         now = phase_end
         context += counter(phase.render())
     if traj.final_answer is not None:
-        final_prompt = context + counter("<Final_answer>")
-        generated = counter(traj.final_answer) + (counter("</Final_answer>") if stop_tags else 0)
+        final_prompt = context + counter(tags.FINAL)
+        generated = counter(traj.final_answer) + (counter(tags.FINAL_END) if stop_tags else 0)
         end = now + model.prefill(final_prompt) + generated * step
-        timing.calls.append(CallTiming("final", "final", now, end, final_prompt, generated))
+        phase = (traj.phases[-1].number if traj.phases else 0) + 1  # the answer comes after the last phase
+        timing.calls.append(CallRecord(PLANNER, phase, FINAL, final_prompt, generated, start=now, end=end))
         now = end
     timing.total = now
     return timing

@@ -28,9 +28,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from sprint.evaluation import metrics as M
+from sprint.core.calls import CallRecord
 from sprint.core.errors import UserError
 from sprint.timing.latency import LatencyModel
-from sprint.core.options import HelpFormatter, add_options, config_from, option
+from sprint.core.options import add_options, config_from, option
 from sprint.core.records import atomic_write
 
 BASELINE = "baseline"
@@ -181,31 +182,27 @@ def timing_report(timing: dict[str, Any]) -> str:
 # Fitting the latency model
 
 
-@dataclass
-class CallSample:
-    """What the fit needs of one measured call (seconds on one clock)."""
-
-    start: float
-    first_token: float
-    end: float
-    prompt_tokens: int
-    completion_tokens: int
-
-
-def samples_from_timing(timing: dict[str, Any]) -> list[list[CallSample]]:
-    """The measured calls of each method (each method has its own clock, so overlaps are per method)."""
+def samples_from_timing(timing: dict[str, Any]) -> list[list[CallRecord]]:
+    """The measured calls of each method that the fit can use: answered, with a first token (each
+    method has its own clock, so overlaps are per method)."""
     groups = []
     for method in timing["methods"].values():
-        rows = [CallSample(c["start"], c["first_token"], c["end"], c["prompt_tokens"], c["completion_tokens"])
-                for c in method.get("run_calls", []) if not c.get("error") and c.get("first_token") is not None]
+        rows = [CallRecord.from_dict(c) for c in method.get("run_calls", [])
+                if not c.get("error") and c.get("first_token") is not None]
         if rows:
             groups.append(rows)
     return groups
 
 
-def decode_concurrency(calls: Sequence[CallSample]) -> np.ndarray:
+def _first_token(call: CallRecord) -> float:
+    if call.first_token is None:
+        raise ValueError("the latency fit needs calls with a first-token time (samples_from_timing keeps those)")
+    return call.first_token
+
+
+def decode_concurrency(calls: Sequence[CallRecord]) -> np.ndarray:
     """For each call, the time-averaged number of calls decoding during its decode window (itself included)."""
-    first = np.array([c.first_token for c in calls], float)
+    first = np.array([_first_token(c) for c in calls], float)
     end = np.array([c.end for c in calls], float)
     points = np.unique(np.concatenate([first, end]))
     # decoding count on each interval [points[k], points[k+1])
@@ -244,7 +241,7 @@ def _lstsq(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def fit_latency(groups: Sequence[Sequence[CallSample]]) -> LatencyFit:
+def fit_latency(groups: Sequence[Sequence[CallRecord]]) -> LatencyFit:
     """Fit the LatencyModel to measured calls (see the module docstring)."""
     calls = [c for g in groups for c in g]
     if len(calls) < 3:
@@ -252,8 +249,8 @@ def fit_latency(groups: Sequence[Sequence[CallSample]]) -> LatencyFit:
     m = np.concatenate([decode_concurrency(g) for g in groups])
     n = np.array([c.completion_tokens for c in calls], float)
     prompt = np.array([c.prompt_tokens for c in calls], float)
-    ttft = np.array([c.first_token - c.start for c in calls], float)
-    decode = np.array([c.end - c.first_token for c in calls], float)
+    ttft = np.array([_first_token(c) - c.start for c in calls], float)
+    decode = np.array([c.end - _first_token(c) for c in calls], float)
     use = n > 1
     if use.sum() < 2:
         raise UserError("the measured calls generate at most one token each; nothing to fit decode speed on")
@@ -312,7 +309,7 @@ class FitConfig:
     out: str | None = option(None, "where to write the fitted model (default: TIMING_DIR/latency.json)")
 
 
-def _command(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     cfg = config_from(FitConfig, args)
     fit = fit_latency(samples_from_timing(read_timing(cfg.timing)))
     out = Path(cfg.out) if cfg.out else (Path(cfg.timing) if Path(cfg.timing).is_dir() else Path(cfg.timing).parent) / "latency.json"
@@ -322,11 +319,7 @@ def _command(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = subparsers.add_parser(
-        "fit-latency", help="fit the replay latency model to time-replay measurements",
-        description=__doc__, formatter_class=HelpFormatter,
-    )
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__
     p.add_argument("timing", metavar="TIMING_DIR", help="time-replay output folder (or its timing.json)")
     add_options(p, FitConfig)
-    p.set_defaults(func=_command)

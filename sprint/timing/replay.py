@@ -17,13 +17,14 @@ knowledge of the recordings, free of HTTP and timing:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sprint.core.calls import BASELINE, EXECUTOR, FINAL, PLANNER
 from sprint.core.errors import UserError
-from sprint.format.trajectory import TAG_RE, Trajectory, TrajectoryError, parse, render_question
+from sprint.format import tags
+from sprint.format.trajectory import Trajectory, TrajectoryError, parse, render_question
 
 
 def question_key(question: str) -> str:
@@ -63,7 +64,7 @@ class ReplayLibrary:
             target: dict = self.trajectories
             names, value = self.names, traj
         else:
-            output = text.partition("</Question>")[2].strip()
+            output = text.partition(tags.QUESTION_END)[2].strip()
             if not output:
                 self.skipped.append(f"{name}: nothing after the question")
                 return
@@ -145,14 +146,12 @@ class ReplayRequestError(Exception):
         self.message = message
 
 
-_TAG_NAME_RE = re.compile(r"<(/?)(\w+?)(?:_(\d+)(?:\.(\d+))?)?>")
-
-
 @dataclass
 class RequestView:
     """What a prompt asks for, read with the trajectory model.
 
-    role: "planner" (phase `phase`), "executor" (prompt `prompt` = "p.k") or "final".
+    role and prompt as a call record names them: "planner" (phase `phase`; prompt FINAL for a forced
+    final answer) or "executor" (prompt `prompt` = "p.k").
     opened: the prompt already ends with the opening tag of what it asks for (`<Plan_p>`,
     `<execution_p.k>`, `<Final_answer>`); otherwise the model is to write it.
     """
@@ -179,39 +178,35 @@ def read_request(text: str) -> RequestView:
         raise ReplayRequestError(
             400, "the prompt has no <Question>…</Question> block; replay identifies problems by their question"
         )
-    *_, last = TAG_RE.finditer(text)  # there is one at least: the question's closing tag
-    tail = text[last.end() :]
-    m = _TAG_NAME_RE.fullmatch(last.group(0))
-    closing, name = bool(m.group(1)), m.group(2)
-    p = int(m.group(3)) if m.group(3) else None
-    k = m.group(4)
+    last = tags.last_tag(text)
+    assert last is not None  # there is one at least: the question's closing tag
+    tail = text[last.end :]
     newline = tail.startswith("\n")
-    view = RequestView(past.question, "planner", None, None, False, newline, "", past)
-    boundary = (closing and name in ("Question", "Execution")) or (not closing and name == "think")
-    if boundary:
+    view = RequestView(past.question, PLANNER, None, None, False, newline, "", past)
+    if last.is_boundary:
         # The model starts a phase and writes `<Plan_p>` itself, after the newlines the format puts
         # there (one after <think>, a blank line after a block) less those the prompt already has.
         # Chat templates may put their own markers after the boundary: then nothing is added.
-        view.phase = p + 1 if name == "Execution" else 1
-        required = "\n" if name == "think" else "\n\n"
+        view.phase = (last.phase or 0) + 1  # </Execution_n>: phase n + 1; </Question>, <think>: phase 1
+        required = "\n" if last.is_think else "\n\n"
         view.separator = required[len(tail) :] if not tail.strip() and required.startswith(tail) else ""
         return view
     if tail.strip():
         raise ReplayRequestError(
             400,
-            f"the prompt ends inside a block ({len(tail.strip())} characters after {last.group(0)}); "
+            f"the prompt ends inside a block ({len(tail.strip())} characters after {last.text}); "
             "replay answers prompts that end at a phase boundary, <Plan_p>, <execution_p.k> or <Final_answer>",
         )
-    if not closing and name == "Plan":
-        view.phase, view.opened = p, True
-    elif not closing and name == "execution" and k is not None:
-        view.role, view.phase, view.prompt, view.opened = "executor", p, f"{p}.{k}", True
-    elif not closing and name == "Final_answer":
-        view.role, view.opened = "final", True
+    if last.opens_plan:
+        view.phase, view.opened = last.phase, True
+    elif last.opens_execution:
+        view.role, view.phase, view.prompt, view.opened = EXECUTOR, last.phase, last.prompt, True
+    elif last.opens_final:
+        view.prompt, view.opened = FINAL, True
     else:
         raise ReplayRequestError(
             400,
-            f"cannot tell what the prompt asks for: it ends with {last.group(0)}; a planner prompt ends after "
+            f"cannot tell what the prompt asks for: it ends with {last.text}; a planner prompt ends after "
             "</Execution_n> or with <Plan_p>, an executor prompt with <execution_p.k>, a forced answer with <Final_answer>",
         )
     return view
@@ -219,12 +214,16 @@ def read_request(text: str) -> RequestView:
 
 @dataclass
 class Resolved:
-    """A request matched to a recording: the text a model would go on to write from there."""
+    """A request matched to a recording: the text a model would go on to write from there.
 
-    role: str  # planner | executor | final | baseline
+    role, phase and prompt name the call as a call record does (`sprint.core.calls`); the recording's
+    final answer is the planner's FINAL call.
+    """
+
+    role: str  # planner | executor | baseline
     name: str  # recording name (file stem or record id)
     phase: int | None
-    prompt: str | None
+    prompt: str | None  # p.k for an executor, FINAL for the final answer
     continuation: str
 
 
@@ -247,9 +246,9 @@ def resolve(library: ReplayLibrary, text: str, baseline: bool = False) -> Resolv
             raise ReplayRequestError(
                 404, f"no recorded baseline output for the question {_short(question)!r} ({library.describe()} loaded)"
             )
-        if text.rstrip().endswith("<think>") and output.startswith("<think>"):
-            output = output[len("<think>") :].lstrip("\n")  # the template already opened it
-        return Resolved("baseline", library.baseline_names.get(key, ""), None, None, output)
+        if text.rstrip().endswith(tags.THINK) and output.startswith(tags.THINK):
+            output = output[len(tags.THINK) :].lstrip("\n")  # the template already opened it
+        return Resolved(BASELINE, library.baseline_names.get(key, ""), None, None, output)
 
     view = read_request(text)
     key = question_key(view.question)
@@ -264,8 +263,8 @@ def resolve(library: ReplayLibrary, text: str, baseline: bool = False) -> Resolv
     body = traj.render_body()
     phases = {ph.number: ph for ph in traj.phases}
 
-    role, marker = view.role, ""
-    if view.role == "executor":
+    prompt, marker = view.prompt, ""
+    if view.role == EXECUTOR:
         phase = phases.get(view.phase or 0)
         if phase is None:
             raise ReplayRequestError(
@@ -277,22 +276,24 @@ def resolve(library: ReplayLibrary, text: str, baseline: bool = False) -> Resolv
             raise ReplayRequestError(
                 404, f"recording {name!r} has no execution_{view.prompt} (phase {view.phase} has: {known})"
             )
-        marker = f"<execution_{view.prompt}>"
-    elif view.role == "planner" and view.phase in phases:
-        marker = f"<Plan_{view.phase}>"
+        marker = tags.execution_open(view.prompt or "")
+    elif view.prompt != FINAL and view.phase in phases:
+        marker = tags.plan_open(view.phase or 0)
     else:  # a forced answer, or a planner past the recorded phases: the recorded final answer
         if traj.final_answer is None:
-            if view.role == "final":
+            if view.prompt == FINAL:
                 raise ReplayRequestError(404, f"recording {name!r} has no final answer")
             raise ReplayRequestError(
                 404,
                 f"recording {name!r} has {len(traj.phases)} phases and no final answer; nothing to plan for phase {view.phase}",
             )
-        role, marker = "final", "<Final_answer>"
+        prompt, marker = FINAL, tags.FINAL
     at = body.find(marker)
     if at < 0:  # render_body always writes the marker of an existing block
         raise ReplayRequestError(500, f"recording {name!r} renders without {marker}")
-    opened_here = view.opened and (view.role != "planner" or marker == f"<Plan_{view.phase}>")
+    # a request that opened its own block gets the rest of it (a planner only the plan it opened)
+    own_block = view.role == EXECUTOR or view.prompt == FINAL or marker == tags.plan_open(view.phase or 0)
+    opened_here = view.opened and own_block
     if opened_here:
         start = at + len(marker)
         if view.newline and body.startswith("\n", start):
@@ -300,7 +301,7 @@ def resolve(library: ReplayLibrary, text: str, baseline: bool = False) -> Resolv
         continuation = body[start:]
     else:
         continuation = ("" if view.opened else view.separator) + body[at:]
-    return Resolved(role, name, view.phase, view.prompt, continuation)
+    return Resolved(view.role, name, view.phase, prompt, continuation)
 
 
 def prompt_text(request: dict, endpoint: str) -> str:

@@ -13,8 +13,9 @@ timing of a real GPU server, so schedules can be compared in seconds rather than
 - a `sprint.timing.faults.FaultPlan` injects 5xx, 429, stalls, resets, dropped streams, empty and
   garbage answers, deterministically by request number.
 
-The HTTP/1.1 server is a small asyncio one of our own (keep-alive, chunked SSE): one event loop
-holds hundreds of concurrent streams on a couple of cores, and no web framework is needed.
+The HTTP/1.1 server is a small asyncio one of our own (`sprint.timing.http_server`: keep-alive,
+chunked SSE): one event loop holds hundreds of concurrent streams on a couple of cores, and no web
+framework is needed. Each answered request is kept as a `ServedCall` around its `CallRecord`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 import threading
 import time
 from collections import Counter as Tally
@@ -33,12 +33,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sprint.core.calls import CallRecord
 from sprint.timing import faults as fault_names
 from sprint.timing import wire
 from sprint.core.errors import UserError
+from sprint.timing.http_server import Dropped, HttpServer, http_json
 from sprint.timing.faults import FaultPlan
 from sprint.timing.latency import LatencyModel, PrioritySlots, load_latency_model
-from sprint.core.options import HelpFormatter, add_options, check_range, config_from, option
+from sprint.core.options import add_options, check_range, config_from, option
 from sprint.timing.replay import ReplayLibrary, ReplayRequestError, load_library, prompt_text, resolve
 from sprint.timing.wire import Generation, Splitter
 
@@ -112,27 +114,25 @@ class ReplayConfig:
 
 @dataclass
 class ServedCall:
-    """One answered completion, times from time.monotonic()."""
+    """One answered completion: its call record (times from time.monotonic(): `start` is its arrival)
+    and what only the server knows of it."""
 
-    role: str
-    name: str
-    phase: int | None
-    prompt: str | None
+    call: CallRecord
+    recording: str  # the recording that answered (file stem or record id)
     stream: bool
-    arrival: float
     admitted: float  # got a capacity slot
-    first_token: float | None
-    end: float
-    prompt_tokens: int
-    completion_tokens: int
     fault: str | None = None
     priority: int = 0  # vLLM's per-request priority (lower: admitted earlier)
+
+    @property
+    def arrival(self) -> float:
+        return self.call.start
 
 
 @dataclass
 class ReplayStats:
     requests: int = 0  # completion requests received
-    answered: Tally = field(default_factory=Tally)  # by role
+    answered: Tally = field(default_factory=Tally)  # by CallRecord.kind: planner | executor | final | baseline
     errors: Tally = field(default_factory=Tally)  # HTTP status of refused requests
     faults: Tally = field(default_factory=Tally)
     prompt_tokens: int = 0
@@ -153,26 +153,14 @@ class ReplayStats:
         return out
 
 
-class _Dropped(Exception):
-    """The response was cut on purpose (fault plan): close the connection."""
-
-
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-}
-
-
-class ReplayServer:
+class ReplayServer(HttpServer):
     """The replay server; run it in a background thread (`with ReplayServer(...)`) or in the
     caller's event loop (`async with ReplayServer(...)`)."""
 
+    thread_name = "replay-server"
+
     def __init__(self, library: ReplayLibrary, config: ReplayConfig) -> None:
+        super().__init__(config.host, config.port)
         self.library = library
         self.config = config
         assert config.latency is not None  # ReplayConfig.__post_init__ builds it from the flags
@@ -183,96 +171,27 @@ class ReplayServer:
         self._counter = 0
         self._running = 0
         self._decoding = 0
-        self._server: asyncio.base_events.Server | None = None
         self._capacity: PrioritySlots | None = None
-        self._tasks: set[asyncio.Task] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._port: int | None = None
-
-    # --- lifecycle ------------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("replay server not started")
-        return self._port
 
     @property
     def base_url(self) -> str:
         return f"http://{self.config.host}:{self.port}/v1"
 
-    async def astart(self) -> ReplayServer:
-        self._loop = asyncio.get_running_loop()
+    def started(self) -> None:
         capacity = self.latency.capacity
         self._capacity = PrioritySlots(capacity) if capacity else None
-        try:
-            self._server = await asyncio.start_server(
-                self._connection, self.config.host, self.config.port, backlog=2048, limit=1 << 20
-            )
-        except OSError as exc:
-            raise UserError(
-                f"cannot listen on {self.config.host}:{self.config.port} ({exc.strerror}); pick another --port"
-            ) from None
-        self._port = self._server.sockets[0].getsockname()[1]
-        return self
 
-    async def aclose(self) -> None:
-        if self._server is None:
-            return
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-        self._server = None
+    def refused(self, status: int) -> None:
+        with self._lock:
+            self._stats.errors[status] += 1
 
     async def __aenter__(self) -> ReplayServer:
-        return await self.astart()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def start(self) -> ReplayServer:
-        """Serve from a background thread with its own event loop."""
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            try:
-                loop.run_until_complete(self.astart())
-            except BaseException as exc:  # reported to the starting thread
-                failure.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                loop.run_until_complete(self.aclose())
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="replay-server", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failure:
-            raise failure[0]
+        await self.astart()
         return self
 
-    def stop(self) -> None:
-        if self._thread is None or self._loop is None:
-            return
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._thread = None
-
     def __enter__(self) -> ReplayServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.start()
+        return self
 
     def stats(self) -> ReplayStats:
         """A consistent copy of the counters and call records so far."""
@@ -282,94 +201,33 @@ class ReplayServer:
             copy.calls = list(copy.calls)
             return copy
 
-    # --- HTTP plumbing --------------------------------------------------------------------
+    # --- routes -------------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                except asyncio.LimitOverrunError:
-                    await self._send_error(writer, 431, "request headers too large")
-                    return
-                lines = head.decode("latin-1").split("\r\n")
-                parts = lines[0].split(" ")
-                if len(parts) != 3:
-                    await self._send_error(writer, 400, "malformed request line")
-                    return
-                method, target, _ = parts
-                headers = {}
-                for line in lines[1:]:
-                    key, sep, value = line.partition(":")
-                    if sep:
-                        headers[key.strip().lower()] = value.strip()
-                try:
-                    length = int(headers.get("content-length") or 0)
-                    body = await reader.readexactly(length) if length else b""
-                except ValueError:
-                    await self._send_error(writer, 400, "bad Content-Length")
-                    return
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                keep = await self._route(method, target.split("?", 1)[0].rstrip("/"), body, reader, writer)
-                if not keep or headers.get("connection", "").lower() == "close":
-                    return
-        except (ConnectionError, _Dropped):
-            return
-        except asyncio.CancelledError:
-            pass
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
-            writer.close()
-
-    async def _send_json(
-        self, writer: asyncio.StreamWriter, status: int, payload: Any, headers: dict[str, str] | None = None
-    ) -> None:
-        writer.write(_http_json(status, payload, headers))
-        await writer.drain()
-
-    async def _send_error(
-        self, writer: asyncio.StreamWriter, status: int, message: str, headers: dict[str, str] | None = None
-    ) -> None:
-        with self._lock:
-            self._stats.errors[status] += 1
-        await self._send_json(writer, status, wire.error_body(status, message), headers)
-
-    async def _route(
+    async def route(
         self, method: str, path: str, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         endpoint = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}.get(path)
         if method == "GET" and path == "/v1/models":
             names = [self.config.model] + ([self.config.baseline_model] if self.library.baselines else [])
             data = [{"id": n, "object": "model", "created": 0, "owned_by": "sprint-replay"} for n in names]
-            await self._send_json(writer, 200, {"object": "list", "data": data})
+            await self.send_json(writer, 200, {"object": "list", "data": data})
         elif method == "GET" and path in ("/health", "/replay/stats"):
-            await self._send_json(writer, 200, self.stats().summary() if path == "/replay/stats" else {"status": "ok"})
+            await self.send_json(writer, 200, self.stats().summary() if path == "/replay/stats" else {"status": "ok"})
         elif endpoint is None:
-            await self._send_error(
+            await self.send_error(
                 writer,
                 404,
                 f"no route {method} {path}; replay serves /v1/completions, /v1/chat/completions, /v1/models",
             )
         elif method != "POST":
-            await self._send_error(writer, 405, f"{path} takes POST")
+            await self.send_error(writer, 405, f"{path} takes POST")
         else:
             try:
                 request = json.loads(body or b"{}")
                 if not isinstance(request, dict):
                     raise ValueError
             except ValueError:
-                await self._send_error(writer, 400, "the request body is not a JSON object")
+                await self.send_error(writer, 400, "the request body is not a JSON object")
                 return True
             return await self._complete(request, endpoint, reader, writer)
         return True
@@ -390,10 +248,10 @@ class ReplayServer:
             if fault:
                 self._stats.faults[fault] += 1
         if fault == fault_names.SERVER_ERROR:
-            await self._send_error(writer, 500, "injected server error (replay fault plan)")
+            await self.send_error(writer, 500, "injected server error (replay fault plan)")
             return True
         if fault == fault_names.RATE_LIMIT:
-            await self._send_error(
+            await self.send_error(
                 writer, 429, "injected rate limit (replay fault plan)", {"Retry-After": f"{plan.retry_after:g}"}
             )
             return True
@@ -425,7 +283,7 @@ class ReplayServer:
             text = prompt_text(request, endpoint)
             resolved = resolve(self.library, text, baseline=model == self.config.baseline_model)
         except ReplayRequestError as exc:
-            await self._send_error(writer, exc.status, exc.message)
+            await self.send_error(writer, exc.status, exc.message)
             return True
 
         continuation = plan.garbage(counter, words=40) if fault == fault_names.GARBAGE else resolved.continuation
@@ -433,21 +291,9 @@ class ReplayServer:
         if fault == fault_names.EMPTY:
             gen = wire.empty_generation()
         stream = bool(request.get("stream"))
-        record = ServedCall(
-            resolved.role,
-            resolved.name,
-            resolved.phase,
-            resolved.prompt,
-            stream,
-            arrival,
-            arrival,
-            None,
-            arrival,
-            prompt_tokens,
-            gen.tokens,
-            fault,
-            priority,
-        )
+        call = CallRecord(resolved.role, resolved.phase or 0, resolved.prompt, prompt_tokens, gen.tokens,
+                          gen.finish_reason, start=arrival, end=arrival)
+        record = ServedCall(call, resolved.name, stream, arrival, fault, priority)
         respond = _Responder(writer, wire.Wire.for_request(endpoint, f"replay-{counter}", request, int(time.time())), record)
         drop_after = gen.tokens // 2 if fault == fault_names.TRUNCATED else None
         if stream:
@@ -456,15 +302,15 @@ class ReplayServer:
         # sees it in stats().
         try:
             await self._run(gen, record, respond if stream else None, drop_after, reader)
-        except _Dropped:
-            self._finish(record, resolved.role)
+        except Dropped:
+            self._finish(record)
             await respond.drop(gen)
             return False
         usage = wire.usage(prompt_tokens, gen.tokens)
         include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-        if stream and record.first_token is None and gen.tokens:
-            record.first_token = time.monotonic()
-        self._finish(record, resolved.role)
+        if stream and call.first_token is None and gen.tokens:
+            call.first_token = time.monotonic()
+        self._finish(record)
         if drop_after is not None and not stream:  # half a body, then hang up
             await respond.truncated_body(gen, usage)
             return False
@@ -474,12 +320,13 @@ class ReplayServer:
     def _tokenize(self, continuation: str, request: dict, endpoint: str, text: str) -> tuple[Generation, int]:
         return wire.generate(continuation, request, endpoint, self.splitter), self.splitter.count(text)
 
-    def _finish(self, record: ServedCall, role: str) -> None:
-        record.end = time.monotonic()
+    def _finish(self, record: ServedCall) -> None:
+        call = record.call
+        call.end = time.monotonic()
         with self._lock:
-            self._stats.answered[role] += 1
-            self._stats.prompt_tokens += record.prompt_tokens
-            self._stats.completion_tokens += record.completion_tokens
+            self._stats.answered[call.kind] += 1  # planner | executor | final | baseline
+            self._stats.prompt_tokens += call.prompt_tokens
+            self._stats.completion_tokens += call.completion_tokens
             self._stats.calls.append(record)
 
     async def _run(
@@ -514,7 +361,7 @@ class ReplayServer:
                     self._stats.max_running = max(self._stats.max_running, self._running)
                 # Prefill runs from arrival (our own tokenizing overlaps it) or from admission.
                 begin = record.admitted if queued else record.arrival
-                await asyncio.sleep(max(0.0, begin + latency.prefill(record.prompt_tokens) * scale - loop.time()))
+                await asyncio.sleep(max(0.0, begin + latency.prefill(record.call.prompt_tokens) * scale - loop.time()))
                 check()
                 self._decoding += 1
                 with self._lock:
@@ -527,7 +374,7 @@ class ReplayServer:
                         deadline += latency.step(self._decoding) * scale
                         if drop_after is not None and respond is not None and i >= drop_after:
                             await respond.send(gen.pieces[sent:i])
-                            raise _Dropped
+                            raise Dropped
                         wait = deadline - loop.time()
                         if wait > self.config.tick_s or (i == n - 1 and wait > 0):
                             if respond is not None and i > sent:
@@ -568,15 +415,15 @@ class _Responder:
         """Stream tokens that are due; a token with no visible text sends nothing."""
         if not pieces:
             return
-        if self.record.first_token is None:
-            self.record.first_token = time.monotonic()
+        if self.record.call.first_token is None:
+            self.record.call.first_token = time.monotonic()
         if self.form.stream:
             await self._events([self.form.chunk(p) for p in pieces if p])
 
     async def finish(self, gen: Generation, usage: dict, include_usage: bool) -> None:
         """The end of the answer; usage goes in every response (on the finishing chunk unless asked apart)."""
         if not self.form.stream:
-            self.writer.write(_http_json(200, self.form.body(gen, usage)))
+            self.writer.write(http_json(200, self.form.body(gen, usage)))
             await self.writer.drain()
             return
         await self._events(self.form.closing(gen, usage, separate_usage=include_usage))
@@ -584,7 +431,7 @@ class _Responder:
         await self.writer.drain()
 
     async def truncated_body(self, gen: Generation, usage: dict) -> None:
-        whole = _http_json(200, self.form.body(gen, usage))
+        whole = http_json(200, self.form.body(gen, usage))
         body_at = whole.index(b"\r\n\r\n") + 4
         self.writer.write(whole[: body_at + (len(whole) - body_at) // 2])
         await self.writer.drain()
@@ -595,18 +442,6 @@ class _Responder:
         with contextlib.suppress(ConnectionError):
             await self.writer.drain()
         self.writer.close()
-
-
-def _http_json(status: int, payload: Any, headers: dict[str, str] | None = None) -> bytes:
-    """A whole HTTP/1.1 response with a JSON body."""
-    data = json.dumps(payload).encode()
-    head = [
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
-        "Content-Type: application/json",
-        f"Content-Length: {len(data)}",
-    ]
-    head += [f"{k}: {v}" for k, v in (headers or {}).items()]
-    return ("\r\n".join(head) + "\r\n\r\n").encode() + data
 
 
 @contextlib.contextmanager
@@ -633,16 +468,11 @@ def replay_server(
 # CLI.
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "replay-server",
-        help="serve recorded trajectories over an OpenAI-compatible API with GPU-like timing",
-        description=(
-            "Answer planner / executor requests with recorded plans and executions, timed by a latency model: "
-            "prefill = TTFT base + per-prompt-token cost, then one decode step per token, each step "
-            "ms-per-token × (1 + batch-slowdown × (sequences decoding − 1)). Defaults: 7B bf16 on one H100 (vLLM)."
-        ),
-        formatter_class=HelpFormatter,
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Answer planner / executor requests with recorded plans and executions, timed by a latency model: "
+        "prefill = TTFT base + per-prompt-token cost, then one decode step per token, each step "
+        "ms-per-token × (1 + batch-slowdown × (sequences decoding − 1)). Defaults: 7B bf16 on one H100 (vLLM)."
     )
     p.add_argument(
         "sources",
@@ -651,10 +481,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="folders of trajectory .txt files, run folders, .txt or .jsonl files",
     )
     add_options(p, ReplayConfig)
-    p.set_defaults(func=_cmd_replay_server)
 
 
-def _cmd_replay_server(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     config = config_from(ReplayConfig, args)
     library = load_library(args.sources)
     for reason in library.skipped[:5]:

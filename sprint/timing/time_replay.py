@@ -32,21 +32,26 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import openai
 
 from sprint.evaluation import metrics as M
+from sprint.core.calls import BASELINE as BASELINE_ROLE
+from sprint.core.calls import EXECUTOR, FINAL, PLANNER, CallRecord
 from sprint.core.errors import EXIT_ITEMS_FAILED, UserError
 from sprint.timing.latency_fit import BASELINE, summarize_timing, timing_report, timing_table
-from sprint.core.options import HelpFormatter, add_options, check_range, config_from, optional_int, option
+from sprint.core.options import add_options, check_range, config_from, optional_int, option
 from sprint.format.prompt_format import FINAL_OPEN, PROMPT_MODES, PromptFormat, build_prompt_format, load_agent_prompt
 from sprint.core.records import atomic_write
 from sprint.evaluation.runs import LoadedRun, RawProblem, load_run
 from sprint.inference.schedule import schedule_names
-from sprint.format.trajectory import Counter, Phase, Trajectory, TrajectoryError, load_tokenizer, parse, token_counter
+from sprint.format import tags
+from sprint.format.trajectory import (
+    Counter, Phase, Trajectory, TrajectoryError, load_tokenizer, open_execution, open_executions, parse, token_counter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +65,24 @@ WARMUP_TOKENS = 16
 
 @dataclass
 class PlannedCall:
-    """One model call to replay: the exact context the orchestrator sent and the length it got."""
+    """One model call to replay: the call as recorded (its role, phase, prompt, draw, and its length,
+    `completion_tokens`, which the replay forces), the exact context the orchestrator sent, and when
+    it may start."""
 
-    role: str  # planner | executor | final | baseline
-    phase: int
-    prompt: str | None  # p.k for an executor, "final" for a forced final answer
+    call: CallRecord
     context: str
-    tokens: int  # forced output length
     release: int | None = None  # stream: start when the planner has streamed this many tokens
-    draw: int = 1
     ids: list[int] | None = field(default=None, repr=False)  # the context's token ids, while it is timed
+
+    @property
+    def tokens(self) -> int:
+        """The forced output length."""
+        return self.call.completion_tokens
+
+
+def _planned(role: str, phase: int, prompt: str | None, context: str, tokens: int, release: int | None = None,
+             draw: int = 1) -> PlannedCall:
+    return PlannedCall(CallRecord(role, phase, prompt, completion_tokens=tokens, draw=draw), context, release)
 
 
 @dataclass
@@ -98,8 +111,7 @@ class ProblemPlan:
 
 def _context(traj: Trajectory, p: int) -> str:
     """What the orchestrator continues at phase p: the phases before it, rendered, then a blank line."""
-    body = Trajectory(traj.question, traj.phases[: p - 1]).render_body()
-    return body + ("\n\n" if body else "")
+    return Trajectory(traj.question, traj.phases[: p - 1]).render_context()
 
 
 def executor_context(traj: Trajectory, p: int, name: str, schedule: str) -> str:
@@ -107,32 +119,29 @@ def executor_context(traj: Trajectory, p: int, name: str, schedule: str) -> str:
     to its own `</prompt_p.k>` (sprint.inference.schedule's BarrierDispatch / StreamDispatch)."""
     phase = traj.phases[p - 1]
     prompt = next(pr for pr in phase.prompts if pr.name == name)
-    if schedule == "stream":
-        plan = f"<Plan_{p}>\n" + phase.plan[: prompt.end]
-    else:
-        plan = phase.render_plan()
-    return _context(traj, p) + plan + f"\n\n<Execution_{p}>\n" + f"<execution_{name}>\n"
+    plan = phase.streamed_plan(prompt) if schedule == "stream" else phase.render_plan()
+    return _context(traj, p) + open_executions(plan, p) + open_execution(name)
 
 
 def release_offset(phase: Phase, name: str, counter: Counter) -> int:
     """Planner tokens written when prompt `name` closed: `<Plan_p>\\n` + the plan up to its `</prompt_p.k>`."""
     prompt = next(pr for pr in phase.prompts if pr.name == name)
-    return counter(f"<Plan_{phase.number}>\n" + phase.plan[: prompt.end])
+    return counter(phase.streamed_plan(prompt))
 
 
-def _used_calls(calls: list[dict]) -> list[dict]:
+def _used_calls(calls: list[dict]) -> list[CallRecord]:
     """The calls of the problem's last attempt that shaped the trajectory, plus planner draws redrawn
     for length (real work the problem waited for). Failed, cancelled and thrown-away calls are left out."""
-    rows = [c for c in calls if isinstance(c, dict) and isinstance(c.get("completion_tokens"), int)]
+    rows = [CallRecord.from_dict(c) for c in calls if isinstance(c, dict) and isinstance(c.get("completion_tokens"), int)]
     if not rows:
         return []
-    last = max(int(c.get("run") or 1) for c in rows)
+    last = max(c.run for c in rows)
     used = []
     for c in rows:
-        if int(c.get("run") or 1) != last or c.get("error"):
+        if c.run != last or c.error:
             continue
-        redrawn = c.get("role") == "planner" and c.get("finish_reason") == "length" and not c.get("prompt")
-        if c.get("kept", True) or redrawn:
+        redrawn = c.role == PLANNER and c.finish_reason == "length" and not c.prompt
+        if c.kept or redrawn:
             used.append(c)
     return used
 
@@ -148,39 +157,35 @@ def sprint_plan(pid: str, traj: Trajectory, head: str, schedule: str, counter: C
 
 
 def _steps_from_calls(pid: str, traj: Trajectory, head: str, schedule: str, counter: Counter,
-                      used: list[dict]) -> list[Step]:
-    by_phase: dict[int, list[dict]] = {}
+                      used: list[CallRecord]) -> list[Step]:
+    by_phase: dict[int, list[CallRecord]] = {}
     for c in used:
-        by_phase.setdefault(int(c.get("phase") or 0), []).append(c)
+        by_phase.setdefault(c.phase, []).append(c)
     steps = []
     for p in sorted(by_phase):
         rows = by_phase[p]
-        planners = sorted((c for c in rows if c.get("role") == "planner" and not c.get("prompt")),
-                          key=lambda c: int(c.get("draw") or 1))
-        step = Step([PlannedCall("planner", p, None, head + _context(traj, p), int(c["completion_tokens"]),
-                                 draw=int(c.get("draw") or 1)) for c in planners])
-        executors = [c for c in rows if c.get("role") == "executor"]
+        planners = sorted((c for c in rows if c.role == PLANNER and not c.prompt), key=lambda c: c.draw)
+        step = Step([PlannedCall(c, head + _context(traj, p)) for c in planners])
+        executors = [c for c in rows if c.role == EXECUTOR]
         if executors:
             if p > len(traj.phases) or not planners:
                 raise UserError(f"problem {pid}: executor calls of phase {p} have no matching plan in the "
                                 "trajectory; is records.jsonl from another run than its trajectories?")
             phase = traj.phases[p - 1]
             names = {pr.name for pr in phase.prompts}
-            for c in sorted(executors, key=lambda c: [int(x) for x in str(c.get("prompt")).split(".") if x.isdigit()]):
-                name = str(c.get("prompt"))
+            for c in sorted(executors, key=lambda c: [int(x) for x in str(c.prompt).split(".") if x.isdigit()]):
+                name = str(c.prompt)
                 if name not in names:
                     raise UserError(f"problem {pid}: executor {name} is not a prompt of phase {p}'s plan")
                 release = None
                 if schedule == "stream":
                     release = min(release_offset(phase, name, counter), step.planner[-1].tokens)
-                step.executors.append(PlannedCall("executor", p, name, head + executor_context(traj, p, name, schedule),
-                                                  int(c["completion_tokens"]), release, int(c.get("draw") or 1)))
+                step.executors.append(PlannedCall(c, head + executor_context(traj, p, name, schedule), release))
         if step.planner:
             steps.append(step)
         for c in rows:
-            if c.get("role") == "planner" and c.get("prompt") == "final":
-                steps.append(Step([PlannedCall("final", p, "final", head + _context(traj, p) + FINAL_OPEN,
-                                               int(c["completion_tokens"]))]))
+            if c.is_final:
+                steps.append(Step([PlannedCall(c, head + _context(traj, p) + FINAL_OPEN)]))
     return steps
 
 
@@ -190,27 +195,27 @@ def _steps_from_text(traj: Trajectory, head: str, schedule: str, counter: Counte
     steps = []
     for phase in traj.phases:
         p = phase.number
-        planner = PlannedCall("planner", p, None, head + _context(traj, p), counter(phase.render_plan()))
+        planner = _planned(PLANNER, p, None, head + _context(traj, p), counter(phase.render_plan()))
         step = Step([planner])
         for pr in phase.prompts:
             ex = phase.execution(pr.name)
-            n = counter((ex.text if ex else "") + f"\n</execution_{pr.name}>")
+            n = counter((ex.text if ex else "") + "\n" + tags.execution_close(pr.name))
             release = min(release_offset(phase, pr.name, counter), planner.tokens) if schedule == "stream" else None
-            step.executors.append(PlannedCall("executor", p, pr.name, head + executor_context(traj, p, pr.name, schedule),
-                                              n, release))
+            step.executors.append(_planned(EXECUTOR, p, pr.name, head + executor_context(traj, p, pr.name, schedule),
+                                           n, release))
         steps.append(step)
     if traj.final_answer is not None:
         p = len(traj.phases) + 1
-        answer = f"{traj.final_answer.strip()}\n</Final_answer>"
+        answer = traj.final_answer.strip() + "\n" + tags.FINAL_END
         if forced_final:
-            steps.append(Step([PlannedCall("final", p, "final", head + _context(traj, p) + FINAL_OPEN, counter(answer))]))
+            steps.append(Step([_planned(PLANNER, p, FINAL, head + _context(traj, p) + FINAL_OPEN, counter(answer))]))
         else:
-            steps.append(Step([PlannedCall("planner", p, None, head + _context(traj, p), counter(FINAL_OPEN + answer))]))
+            steps.append(Step([_planned(PLANNER, p, None, head + _context(traj, p), counter(FINAL_OPEN + answer))]))
     return steps
 
 
 def baseline_plan(pid: str, head: str, tokens: int, lengths: str) -> ProblemPlan:
-    return ProblemPlan(pid, BASELINE, [Step([PlannedCall(BASELINE, 0, None, head, tokens)])], lengths)
+    return ProblemPlan(pid, BASELINE, [Step([_planned(BASELINE_ROLE, 0, None, head, tokens)])], lengths)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,9 +281,9 @@ def baseline_plans(base: Recorded, questions: dict[str, str], counter: Counter, 
         if not question:
             log.warning("skipping baseline %s: its question is unknown (no record, no SPRINT run of that id)", prob.id)
             continue
-        used = [c for c in _used_calls(prob.calls) if c.get("role") == BASELINE]
+        used = [c for c in _used_calls(prob.calls) if c.role == BASELINE_ROLE]
         if used:
-            tokens, lengths = int(used[-1]["completion_tokens"]), "recorded"
+            tokens, lengths = used[-1].completion_tokens, "recorded"
         elif prob.reported_tokens is not None:
             tokens, lengths = prob.reported_tokens, "recorded"
         else:
@@ -293,25 +298,11 @@ def baseline_plans(base: Recorded, questions: dict[str, str], counter: Counter, 
 
 @dataclass
 class Measured:
-    """One replayed call, times in seconds from the start of its measured run (one clock per run)."""
+    """One replayed call: what was asked (the planned call, its forced length) and what the engine did
+    (its call record, times in seconds from the start of its measured run: one clock per run)."""
 
-    role: str
-    phase: int
-    prompt: str | None
-    draw: int
-    start: float
-    first_token: float | None
-    end: float
-    prompt_tokens: int
-    cached_tokens: int | None
-    completion_tokens: int
-    forced_tokens: int
-    problem: str = ""
-    error: str | None = None
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first_token is None else self.first_token - self.start
+    planned: PlannedCall
+    call: CallRecord
 
 
 class Engine:
@@ -329,13 +320,16 @@ class Engine:
         """Token ids as the engine's own tokenizer makes them from the text (special tokens added: BOS)."""
         return self.tokenizer.encode(text, add_special_tokens=True).ids
 
-    async def call(self, planned: PlannedCall, salt: str, problem: str, on_tokens: Callable[[int], None] | None = None) -> Measured:
+    async def call(self, planned: PlannedCall, salt: str, on_tokens: Callable[[int], None] | None = None) -> Measured:
         ids = planned.ids if planned.ids is not None else self.ids(planned.context)
         n = planned.tokens
+        asked = replace(planned.call, prompt_tokens=len(ids), completion_tokens=0, finish_reason=None, cached=False,
+                        kept=True, error=None, cached_tokens=None, server=str(self.client.base_url))
         start = time.perf_counter() - self.origin
         first = None
         tokens = 0
         usage = None
+        finish = None
         try:
             stream = await self.client.completions.create(
                 model=self.model, prompt=ids, max_tokens=n, temperature=self.temperature, top_p=self.top_p,
@@ -347,6 +341,7 @@ class Engine:
                     usage = chunk.usage
                 if not chunk.choices:
                     continue
+                finish = chunk.choices[0].finish_reason or finish
                 got = chunk.usage.completion_tokens if chunk.usage is not None else tokens + (1 if chunk.choices[0].text else 0)
                 if got > tokens:
                     tokens = got
@@ -355,15 +350,17 @@ class Engine:
                     if on_tokens is not None:
                         on_tokens(tokens)
         except Exception as exc:  # timing goes on; the call is reported as failed
-            return Measured(planned.role, planned.phase, planned.prompt, planned.draw, start, first,
-                            time.perf_counter() - self.origin, len(ids), None, tokens, n, problem,
-                            f"{type(exc).__name__}: {str(exc)[:200]}")
+            failed = replace(asked, completion_tokens=tokens, start=start, first_token=first,
+                             end=time.perf_counter() - self.origin, kept=False,
+                             error=f"{type(exc).__name__}: {str(exc)[:200]}")
+            return Measured(planned, failed)
         end = time.perf_counter() - self.origin
         details = getattr(usage, "prompt_tokens_details", None) if usage is not None else None
         cached = getattr(details, "cached_tokens", None) if details is not None else None
-        return Measured(planned.role, planned.phase, planned.prompt, planned.draw, start, first, end,
-                        int(getattr(usage, "prompt_tokens", 0) or len(ids)), cached,
-                        int(getattr(usage, "completion_tokens", 0) or tokens), n, problem)
+        done = replace(asked, prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or len(ids)),
+                       completion_tokens=int(getattr(usage, "completion_tokens", 0) or tokens), finish_reason=finish,
+                       start=start, first_token=first, end=end, cached_tokens=cached)
+        return Measured(planned, done)
 
     async def check(self) -> None:
         """Fail at once, in one line, when the server is unreachable or does not serve the model."""
@@ -384,10 +381,10 @@ async def replay_problem(engine: Engine, plan: ProblemPlan, salt: str) -> list[M
     out: list[Measured] = []
     for step in plan.steps:
         for draw in step.planner[:-1]:
-            out.append(await engine.call(draw, salt, plan.id))
+            out.append(await engine.call(draw, salt))
         planner = step.planner[-1]
         if not step.executors:
-            out.append(await engine.call(planner, salt, plan.id))
+            out.append(await engine.call(planner, salt))
             continue
         gates = [asyncio.Event() for _ in step.executors]
 
@@ -398,12 +395,12 @@ async def replay_problem(engine: Engine, plan: ProblemPlan, salt: str) -> list[M
 
         async def execute(gate: asyncio.Event, ex: PlannedCall) -> Measured:
             await gate.wait()
-            return await engine.call(ex, salt, plan.id)
+            return await engine.call(ex, salt)
 
         tasks = [asyncio.ensure_future(execute(g, ex)) for g, ex in zip(gates, step.executors)]
         try:
             streamed = any(ex.release is not None for ex in step.executors)
-            out.append(await engine.call(planner, salt, plan.id, on_tokens if streamed else None))
+            out.append(await engine.call(planner, salt, on_tokens if streamed else None))
             for gate in gates:  # barrier: now; stream: any prompt not reached (a short draw)
                 gate.set()
             out.extend(await asyncio.gather(*tasks))
@@ -449,7 +446,7 @@ async def measure(engine: Engine, plans: list[ProblemPlan], concurrency: int, sa
 async def warm_up(engine: Engine, calls: int, salt: str) -> None:
     """A few untimed calls first: the engine compiles kernels and captures graphs on its first requests."""
     for i in range(calls):
-        await engine.call(PlannedCall("warmup", 0, None, f"warm up {i} " * 8, WARMUP_TOKENS), f"{salt}-warmup", "")
+        await engine.call(_planned("warmup", 0, None, f"warm up {i} " * 8, WARMUP_TOKENS), f"{salt}-warmup")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,7 +472,7 @@ class TimeReplayConfig:
     prompt_mode: str | None = option(None, "how the run built its prompts (default: its manifest; raw for the "
                                            "authors' logs)", choices=PROMPT_MODES)
     agent_prompt: str | None = option(None, "agent prompt file the run used (default: its manifest's, else "
-                                            "prompts/agent.txt)")
+                                            "sprint/prompts/agent.txt)")
     limit: int | None = option(None, "time only the first N problems (default: all)", type=optional_int, var="LIMIT")
     temperature: float = option(0.6, "sampling temperature (the paper's; sampling costs a little per token)")
     top_p: float = option(0.95, "nucleus sampling (the paper's)")
@@ -494,18 +491,15 @@ class TimeReplayConfig:
         return list(schedule_names()) if self.schedule == BOTH else [self.schedule]
 
 
-def _measured_dict(m: Measured, origin: float) -> dict[str, Any]:
-    """A call as the records' `calls` hold it (a forced final answer is a planner call named "final"),
-    so `sprint.viewer.timeline.from_calls` draws measured runs like recorded ones."""
-    row = asdict(m)
-    if row["role"] == "final":
-        row["role"] = "planner"
-    for key in ("start", "first_token", "end"):
-        if row[key] is not None:
-            row[key] = round(row[key] - origin, 6)
-    row["ttft"] = None if m.ttft is None else round(m.ttft, 6)
-    row["kept"] = m.error is None
-    return row
+def _measured_dict(m: Measured, origin: float, problem: str) -> dict[str, Any]:
+    """A call as the records' `calls` hold it (`CallRecord`), times from `origin`, with what only a
+    measurement has: the first token, the forced length; `from_calls` draws it like a recorded one."""
+    call = m.call.shifted(origin)
+    first = None if call.first_token is None else round(call.first_token, 6)
+    call = replace(call, start=round(call.start, 6), end=round(call.end, 6), first_token=first)
+    ttft = m.call.ttft
+    return {**call.as_dict(), "first_token": first, "ttft": None if ttft is None else round(ttft, 6),
+            "forced_tokens": m.planned.tokens, "problem": problem}
 
 
 def _method_json(label: str, timings: list[ProblemTiming]) -> dict[str, Any]:
@@ -516,9 +510,9 @@ def _method_json(label: str, timings: list[ProblemTiming]) -> dict[str, Any]:
         "problems": [{
             "id": t.id, "seconds": round(t.seconds, 6), "start": round(t.start - origin, 6),
             "output_tokens": t.output_tokens, "lengths": t.lengths,
-            "calls": [_measured_dict(c, t.start) for c in t.calls],
+            "calls": [_measured_dict(c, t.start, t.id) for c in t.calls],
         } for t in timings],
-        "run_calls": [_measured_dict(c, origin) for t in timings for c in t.calls],  # one clock, for fit-latency
+        "run_calls": [_measured_dict(c, origin, t.id) for t in timings for c in t.calls],  # one clock, for fit-latency
     }
 
 
@@ -567,7 +561,7 @@ def time_replay(cfg: TimeReplayConfig) -> dict[str, Any]:
     return timing
 
 
-def _command(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     cfg = config_from(TimeReplayConfig, args)
     timing = time_replay(cfg)
     print(timing_table(timing))
@@ -580,11 +574,7 @@ def _command(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = subparsers.add_parser(
-        "time-replay", help="time recorded runs on a real engine with forced output lengths",
-        description=__doc__, formatter_class=HelpFormatter,
-    )
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__
     p.add_argument("run", metavar="RUN", help="recorded SPRINT run (run folder or the authors' log folder)")
     add_options(p, TimeReplayConfig)
-    p.set_defaults(func=_command)

@@ -2,11 +2,11 @@
 
 ms-swift lives in its own environment (.venv-swift; it pins transformers<5.20 and datasets<4.8.5),
 so this module never imports it: it builds the `swift sft` command line from a recipe in
-configs/ plus the caller's overrides, checks the data with `sprint.training.sft_check`, and runs ms-swift
+sprint/configs/ plus the caller's overrides, checks the data with `sprint.training.sft_check`, and runs ms-swift
 as a subprocess. Building the command is a pure function, so tests can parse exactly what a
 cluster run would receive with ms-swift's own argument parser (`check_swift_args`).
 
-The recipe (configs/finetune_full.yaml) is the paper's: full fine-tuning, 5 epochs, per-device
+The recipe (sprint/configs/finetune_full.yaml) is the paper's: full fine-tuning, 5 epochs, per-device
 batch 1 (global 16), bf16, DeepSpeed ZeRO-3, 5% warmup then linear decay, eval/save every 100
 steps keeping the best checkpoint by eval loss. Learning rate: the paper says 1e-5, the authors'
 run script passes 1e-6; we default to the paper's 1e-5 (LR=1e-6 reproduces the script).
@@ -31,11 +31,10 @@ import yaml
 
 from sprint.core.data import missing_path_message
 from sprint.core.errors import UserError
-from sprint.core.options import HelpFormatter, add_command, add_options, config_from, flag_name, option
+from sprint.core.options import HelpFormatter, add_options, config_from, flag_name, option
+from sprint.core.resources import SWIFT_ENV, config_file
 from sprint.training.sft_check import check_sft
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFIGS_DIR = REPO_ROOT / "configs"
 TUNERS = ("full", "lora")
 DEFAULT_MODEL = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
 
@@ -44,22 +43,23 @@ MANAGED_KEYS = ("model", "dataset", "val_dataset", "output_dir", "gradient_accum
 
 
 def default_swift_bin() -> Path:
-    """$SWIFT_BIN, else $SWIFT_VENV/bin/swift, else <repo>/.venv-swift/bin/swift.
+    """$SWIFT_BIN, else $SWIFT_VENV/bin/swift, else <checkout>/.venv-swift/bin/swift (a wheel has no
+    checkout: then SWIFT_BIN or SWIFT_VENV must be set, a UserError says so).
 
     Never `swift` from PATH: that is often Apple's Swift compiler.
     """
     if os.environ.get("SWIFT_BIN"):
         return Path(os.environ["SWIFT_BIN"])
-    return Path(os.environ.get("SWIFT_VENV") or REPO_ROOT / ".venv-swift") / "bin" / "swift"
+    return SWIFT_ENV.require("or SWIFT_BIN, or --swift-bin") / "bin" / "swift"
 
 
 def config_path(tuner: str) -> Path:
-    return CONFIGS_DIR / f"finetune_{tuner}.yaml"
+    return config_file(f"finetune_{tuner}.yaml")
 
 
 @dataclass
 class Recipe:
-    """A training recipe from configs/: ms-swift arguments plus the global batch size to keep."""
+    """A training recipe from sprint/configs/: ms-swift arguments plus the global batch size to keep."""
 
     swift_args: dict[str, Any]
     global_batch_size: int = 16
@@ -95,7 +95,7 @@ def _optional(kind: type):
 
 @dataclass
 class FinetuneOptions:
-    """What run_finetune.sh's variables set. None means: keep the recipe's value (configs/finetune_<tuner>.yaml)."""
+    """What run_finetune.sh's variables set. None means: keep the recipe's value (sprint/configs/finetune_<tuner>.yaml)."""
 
     train_data: str = option(help="training .jsonl (messages layout, from the packing stage)", flags=("--train",),
                              var="TRAIN_DATA")
@@ -104,7 +104,7 @@ class FinetuneOptions:
     val_data: str | None = option(None, "validation .jsonl; without it there is no eval loss and no best checkpoint",
                                   flags=("--val",), type=_optional(str), var="VAL_DATA")
     tuner: str = option("full", "full (the paper) or lora", choices=TUNERS, var="TUNER")
-    config: str | None = option(None, "recipe YAML (default configs/finetune_<tuner>.yaml)", type=_optional(str), var="CONFIG")
+    config: str | None = option(None, "recipe YAML (default sprint/configs/finetune_<tuner>.yaml)", type=_optional(str), var="CONFIG")
     nproc_per_node: int = option(1, "GPUs on this node (ms-swift runs torchrun)", var="NPROC_PER_NODE")
     # Multi-node: run the same command on every node with its own NODE_RANK; ms-swift hands these to
     # torchrun (its launcher reads NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT from the environment).
@@ -197,7 +197,7 @@ def resolve_swift_args(options: FinetuneOptions, recipe: Recipe) -> dict[str, An
     if args.get("tuner_type") != options.tuner:
         raise UserError(
             f"config {recipe.path} trains tuner_type={args.get('tuner_type')!r} but TUNER={options.tuner}; "
-            "pick the matching configs/finetune_<tuner>.yaml"
+            "pick the matching sprint/configs/finetune_<tuner>.yaml"
         )
     if not options.val_data:
         # Nothing to evaluate: keeping "the best by eval loss" would make transformers refuse to start.
@@ -427,13 +427,6 @@ def _argv_values(argv: list[str]) -> dict[str, list[str]]:
     return values
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Every flag of `sprint finetune` / `python -m sprint.training.finetune`, from the two dataclasses."""
-    add_options(p, FinetuneOptions)
-    add_options(p, FinetuneRun)
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more `swift sft` arguments (they win)")
-
-
 def options_from_args(args: argparse.Namespace) -> FinetuneOptions:
     extra = list(args.extra or [])
     if extra and extra[0] == "--":
@@ -441,26 +434,28 @@ def options_from_args(args: argparse.Namespace) -> FinetuneOptions:
     return config_from(FinetuneOptions, args, extra_args=extra)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(subparsers, "finetune", _main, description=__doc__,
-                         help="fine-tune with ms-swift (check the data, then run `swift sft` with configs/finetune_<tuner>.yaml)")
-    add_arguments(parser)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Every flag of `sprint finetune` / `python -m sprint.training.finetune`, from the two dataclasses."""
+    parser.description = __doc__
+    add_options(parser, FinetuneOptions)
+    add_options(parser, FinetuneRun)
+    parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more `swift sft` arguments (they win)")
 
 
-def _main(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     how = config_from(FinetuneRun, args)
     return run_finetune(options_from_args(args), how.swift_bin, dry_run=how.dry_run, check_data=not how.skip_check,
                         validate=how.validate_args, tokenizer=how.tokenizer)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m sprint.training.finetune …`, the same as `python -m sprint finetune …` (run_finetune.sh uses it)."""
+    """`python -m sprint.training.finetune …`, the same as `sprint finetune …` (what run_finetune.sh runs)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m sprint.training.finetune", description=__doc__, formatter_class=HelpFormatter)
-    add_arguments(parser)
+    parser = argparse.ArgumentParser(prog="python -m sprint.training.finetune", formatter_class=HelpFormatter)
+    register(parser)
     args = parser.parse_args(argv)
     try:
-        return _main(args)
+        return handle(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from sprint.core.errors import UserError
-from sprint.core.options import add_command, config_from, option
+from sprint.core.options import add_options, config_from, option
 from sprint.core.records import atomic_write
+from sprint.format.tags import THINK, THINK_END
 from sprint.format.trajectory import load_tokenizer as _load_tokenizer
 
-DEFAULT_MAX_LENGTH = 7168  # the authors' ms-swift run; configs/finetune_*.yaml use the same
+DEFAULT_MAX_LENGTH = 7168  # the authors' ms-swift run; sprint/configs/finetune_*.yaml use the same
 DEFAULT_TEMPLATE = "deepseek_r1"
 MAX_LISTED_ERRORS = 10
 
@@ -180,7 +181,7 @@ def check_split(path: Path, name: str, tokenizer: Any, max_length: int, template
                     report.errors.append(f"line {lineno}: {exc}")
                 continue
             answer = messages[-1]["content"].strip()
-            if not (answer.startswith("<think>") and answer.endswith("</think>")):
+            if not (answer.startswith(THINK) and answer.endswith(THINK_END)):
                 report.no_think += 1
             texts.append(_render(messages, tokenizer, template))
     if texts:
@@ -254,12 +255,12 @@ class CheckSftConfig:
     json: str | None = option(None, "also write the report as JSON here", metavar="PATH")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    add_command(subparsers, "check-sft", _main, CheckSftConfig, description=__doc__,
-                help="check an SFT dataset (roles, empty turns, token lengths vs --max-length) before training")
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    add_options(parser, CheckSftConfig)
 
 
-def _main(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     cfg = config_from(CheckSftConfig, args)
     train, test = resolve_data(cfg.data, cfg.test)
     report = check_sft(train, test, cfg.tokenizer, cfg.max_length, cfg.template)

@@ -28,12 +28,14 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from sprint.core.calls import BASELINE, EXECUTOR, FINAL, PLANNER, CallRecord
 from sprint.core.errors import UserError
+from sprint.format.tokencount import batch_counts
 from sprint.timing.latency import SCHEDULES, LatencyModel, PathTiming, critical_path_timeline
 from sprint.format.trajectory import Trajectory
 
 _LINE = re.compile(r"[^\n]*\n|[^\n]+")  # lines with their break; they join back to the text
-ROLE_ORDER = {"planner": 0, "executor": 1, "final": 2, "baseline": 3}
+KIND_ORDER = {PLANNER: 0, EXECUTOR: 1, FINAL: 2, BASELINE: 3}  # by CallRecord.kind
 
 # SVG geometry (pixels): a label column, then the plot; one row per lane.
 WIDTH = 980
@@ -46,45 +48,57 @@ BAR_H = 11
 
 @dataclass
 class Bar:
-    """One model call, in seconds from the problem's origin."""
+    """One call drawn on a timeline: its record, with times in seconds from the problem's origin,
+    and what only the drawing knows, whether it lies on the critical path."""
 
-    role: str  # planner | executor | final | baseline
-    phase: int
-    name: str  # "2" (plan of phase 2), "2.1" (execution_2.1), "final", "baseline"
-    start: float
-    end: float
-    kept: bool = True  # False: failed, cancelled, redrawn for length, or thrown away (stream)
-    draw: int = 1
-    run: int = 1
-    cached: bool = False
-    error: str | None = None
-    prompt_tokens: int | None = None
-    generated_tokens: int | None = None
+    call: CallRecord
     critical: bool = False
 
     @property
+    def role(self) -> str:
+        return self.call.role
+
+    @property
+    def kind(self) -> str:
+        """planner | executor | final | baseline: the bar's colour (CSS class) and lane order."""
+        return self.call.kind
+
+    @property
+    def start(self) -> float:
+        return self.call.start
+
+    @property
+    def end(self) -> float:
+        return self.call.end
+
+    @property
+    def kept(self) -> bool:
+        """False: failed, cancelled, redrawn for length, or thrown away (stream)."""
+        return self.call.kept and not self.call.error
+
+    @property
     def lane(self) -> str:
-        if self.role == "planner":
-            return f"plan {self.name}"
-        if self.role == "executor":
-            return f"exec {self.name}"
-        return self.role
+        if self.kind == PLANNER:
+            return f"plan {self.call.label}"
+        if self.kind == EXECUTOR:
+            return f"exec {self.call.label}"
+        return self.kind
 
     @property
     def duration(self) -> float:
-        return max(0.0, self.end - self.start)
+        return self.call.duration
 
     def describe(self) -> str:
         """The bar's tooltip: what the call was, when, and how it ended."""
-        parts = [f"{self.lane} (draw {self.draw}" + (f", attempt {self.run}" if self.run > 1 else "") + ")",
+        c = self.call
+        parts = [f"{self.lane} (draw {c.draw}" + (f", attempt {c.run}" if c.run > 1 else "") + ")",
                  f"{self.start:.3f}–{self.end:.3f} s ({self.duration:.3f} s)"]
-        if self.prompt_tokens is not None or self.generated_tokens is not None:
-            parts.append(f"prompt {self.prompt_tokens if self.prompt_tokens is not None else '?'} tokens, "
-                         f"generated {self.generated_tokens if self.generated_tokens is not None else '?'}")
-        if self.cached:
+        if c.prompt_tokens or c.completion_tokens:  # 0 and 0: a failed call, or counts not known
+            parts.append(f"prompt {c.prompt_tokens or '?'} tokens, generated {c.completion_tokens}")
+        if c.cached:
             parts.append("answered from the response cache")
         if not self.kept:
-            parts.append("discarded" + (f": {self.error}" if self.error else " (redrawn or thrown away)"))
+            parts.append("discarded" + (f": {c.error}" if c.error else " (redrawn or thrown away)"))
         if self.critical:
             parts.append("on the critical path")
         return "\n".join(parts)
@@ -103,7 +117,7 @@ class Timeline:
     @property
     def calls(self) -> list[Bar]:
         """The SPRINT calls (the baseline reference bar left out)."""
-        return [b for b in self.bars if b.role != "baseline"]
+        return [b for b in self.bars if b.role != BASELINE]
 
     @property
     def total(self) -> float:
@@ -142,30 +156,12 @@ def from_calls(
     `time_scale`, so a replay server run at `--time-scale 0.1` reads in simulated seconds.
     Calls without numeric times are left out.
     """
-    rows = [c for c in calls if isinstance(c, dict) and _num(c.get("start")) is not None and _num(c.get("end")) is not None]
+    rows = [CallRecord.from_dict(c) for c in calls
+            if isinstance(c, dict) and _num(c.get("start")) is not None and _num(c.get("end")) is not None]
     if origin is None:
-        origin = min((float(c["start"]) for c in rows), default=0.0)
-    bars = []
-    for c in rows:
-        role = str(c.get("role") or "planner")
-        prompt = c.get("prompt")
-        phase = int(c.get("phase") or 0)
-        if role == "planner" and prompt == "final":
-            role, name = "final", "final"
-        elif role == "executor":
-            name = str(prompt or f"{phase}.?")
-        elif role == "baseline":
-            name = "baseline"
-        else:
-            name = str(phase)
-        bars.append(Bar(
-            role=role, phase=phase, name=name,
-            start=(float(c["start"]) - origin) / time_scale, end=(float(c["end"]) - origin) / time_scale,
-            kept=bool(c.get("kept", True)) and not c.get("error"), draw=int(c.get("draw") or 1),
-            run=int(c.get("run") or 1), cached=bool(c.get("cached")), error=c.get("error"),
-            prompt_tokens=c.get("prompt_tokens"), generated_tokens=c.get("completion_tokens"),
-        ))
-    bars.sort(key=lambda b: (b.start, ROLE_ORDER.get(b.role, 9), b.name))
+        origin = min((c.start for c in rows), default=0.0)
+    bars = [Bar(c.shifted(origin, time_scale)) for c in rows]
+    bars.sort(key=lambda b: (b.start, KIND_ORDER.get(b.kind, 9), b.call.label))
     timeline = Timeline(label, "recorded", bars, schedule)
     mark_critical(timeline.bars)
     return timeline
@@ -206,13 +202,7 @@ def from_timing(path: str | Path) -> dict[str, list[Timeline]]:
 
 def from_path(path: PathTiming, label: str) -> Timeline:
     """A modelled timeline from `sprint.timing.latency.critical_path_timeline` (token counts -> seconds)."""
-    bars = []
-    last = max((int(c.name.split(".")[0]) for c in path.calls if c.name[:1].isdigit()), default=0)
-    for c in path.calls:
-        phase = int(c.name.split(".")[0]) if c.name[:1].isdigit() else last + 1  # the final answer comes after
-        bars.append(Bar(c.role, phase, c.name, c.start, c.end, prompt_tokens=c.prompt_tokens,
-                        generated_tokens=c.generated_tokens))
-    timeline = Timeline(label, "modelled", bars, path.schedule)
+    timeline = Timeline(label, "modelled", [Bar(c) for c in path.calls], path.schedule)
     mark_critical(timeline.bars)
     return timeline
 
@@ -228,8 +218,6 @@ def modelled_paths(trajs: Sequence[Trajectory], tokenizer: str, model: LatencyMo
     non-ASCII character that BPE would merge with the break before it (totals within 0.03% on
     benchmarks/make_trajectories.py's trajectories), at a fraction of the cost of whole texts.
     """
-    from sprint.evaluation.evaluate import batch_counts
-
     texts: list[str] = []
 
     def note(text: str) -> int:
@@ -249,8 +237,8 @@ def with_baseline(timeline: Timeline, seconds: float | None, tokens: int | None 
     """A copy of `timeline` with the sequential baseline's one call as a reference bar from 0."""
     if seconds is None:
         return timeline
-    bar = Bar("baseline", 0, "baseline", 0.0, float(seconds), generated_tokens=tokens)
-    return replace(timeline, bars=[b for b in timeline.bars if b.role != "baseline"] + [bar])
+    bar = Bar(CallRecord(BASELINE, 0, completion_tokens=tokens or 0, start=0.0, end=float(seconds)))
+    return replace(timeline, bars=[b for b in timeline.bars if b.role != BASELINE] + [bar])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,26 +247,27 @@ def with_baseline(timeline: Timeline, seconds: float | None, tokens: int | None 
 
 def _predecessor(i: int, bars: Sequence[Bar], tol: float) -> int | None:
     """The call bar `i` waited for before it started (see the module docstring), or None."""
-    x = bars[i]
-    if x.role == "executor":
-        retries = [j for j, b in enumerate(bars) if j != i and b.role == "executor" and b.name == x.name
-                   and b.run == x.run and b.draw < x.draw and b.end <= x.start + tol]
+    x = bars[i].call
+    if x.kind == EXECUTOR:
+        retries = [j for j, b in enumerate(bars) if j != i and b.kind == EXECUTOR and b.call.label == x.label
+                   and b.call.run == x.run and b.call.draw < x.draw and b.end <= x.start + tol]
         if retries:
             return max(retries, key=lambda j: bars[j].end)
-        planners = [j for j, b in enumerate(bars) if b.role == "planner" and b.phase == x.phase and b.run == x.run
-                    and b.start <= x.start + tol]
+        planners = [j for j, b in enumerate(bars) if b.kind == PLANNER and b.call.phase == x.phase
+                    and b.call.run == x.run and b.start <= x.start + tol]
         if planners:  # the latest draw that had started: barrier waits for its end, stream for a prompt in it
             return max(planners, key=lambda j: (bars[j].start, bars[j].end))
         return None
     # a planner or the final answer: the last call that ended before it started, from an earlier
     # phase (or attempt), or an earlier draw of its own phase
     cands = []
-    for j, b in enumerate(bars):
-        if j == i or b.role == "baseline" or b.end > x.start + tol:
+    for j, bar in enumerate(bars):
+        b = bar.call
+        if j == i or b.role == BASELINE or b.end > x.start + tol:
             continue
         earlier = (b.run, b.phase) < (x.run, x.phase)
-        same_phase_redraw = b.run == x.run and b.phase == x.phase and b.role == x.role and b.draw < x.draw
-        final_after_phase = x.role == "final" and b.run == x.run and b.phase == x.phase and b.role != "final"
+        same_phase_redraw = b.run == x.run and b.phase == x.phase and b.kind == x.kind and b.draw < x.draw
+        final_after_phase = x.is_final and b.run == x.run and b.phase == x.phase and not b.is_final
         if earlier or same_phase_redraw or final_after_phase:
             cands.append(j)
     if not cands:
@@ -288,11 +277,11 @@ def _predecessor(i: int, bars: Sequence[Bar], tol: float) -> int | None:
 
 def critical_indices(bars: Sequence[Bar]) -> list[int]:
     """Indices of the critical path, first call first: the chain of waits behind the last end."""
-    calls = [i for i, b in enumerate(bars) if b.role != "baseline"]
+    calls = [i for i, b in enumerate(bars) if b.role != BASELINE]
     if not calls:
         return []
     kept = [i for i in calls if bars[i].kept] or calls
-    last = max(kept, key=lambda i: (bars[i].end, ROLE_ORDER.get(bars[i].role, 9)))
+    last = max(kept, key=lambda i: (bars[i].end, KIND_ORDER.get(bars[i].kind, 9)))
     span = max(bars[i].end for i in calls) - min(bars[i].start for i in calls)
     tol = 1e-6 * max(1.0, span)
     path, seen = [last], {last}
@@ -333,11 +322,11 @@ def lanes(bars: Sequence[Bar]) -> list[str]:
     """Lane names, top to bottom: each phase's plan then its executions, the final answer, the baseline."""
     def key(name: str) -> tuple:
         bar = next(b for b in bars if b.lane == name)
-        order = {"planner": 0, "executor": 1}.get(bar.role)
+        order = {PLANNER: 0, EXECUTOR: 1}.get(bar.kind)
         if order is None:
-            return (math.inf, ROLE_ORDER.get(bar.role, 9), 0)
-        sub = [int(p) if p.isdigit() else 0 for p in bar.name.split(".")[1:]] or [0]
-        return (bar.phase, order, *sub)
+            return (math.inf, KIND_ORDER.get(bar.kind, 9), 0)
+        sub = [int(p) if p.isdigit() else 0 for p in bar.call.label.split(".")[1:]] or [0]
+        return (bar.call.phase, order, *sub)
 
     return sorted({b.lane for b in bars}, key=key)
 
@@ -398,12 +387,12 @@ def svg(timeline: Timeline, scale_s: float | None = None, width: int = WIDTH) ->
         out.append(f'<text class="lane" x="{LABEL_W - 6}" y="{y + ROW_H - 4}">{escape(name)}</text>')
     crit = [(b, box) for b, box in zip(timeline.bars, boxes) if b.critical]
     for b, box in zip(timeline.bars, boxes):
-        cls = ["bar", b.role]
+        cls = ["bar", b.kind]
         if b.critical:
             cls.append("crit")
         if not b.kept:
             cls.append("discarded")
-        if b.cached:
+        if b.call.cached:
             cls.append("cached")
         out.append(f'<rect class="{" ".join(cls)}" x="{box.x}" y="{box.y}" width="{box.w}" height="{box.h}" '
                    f'data-lane="{escape(b.lane)}" data-start="{b.start:.6g}" data-end="{b.end:.6g}">'
