@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from sprint.core.errors import EXIT_INTERRUPTED, EXIT_USER, SprintExit
 from sprint.core.options import add_command, with_variable
-from sprint.core.records import disk_error
+from sprint.core.files import disk_error
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import pytest
 from sprint.llm.serve import default_python, free_port, local_vllm
 from tests.fake_server import FakeServer, Handler, ScriptedServer
 from tests.helpers import REPO_ROOT, SHARED_MISSING, TOKENIZER, shared_data_dir, shared_missing, tokenizer_dir
+from tests.serve_helpers import ServeProcess, router_available
 
 TINY_MODEL_TOKENIZER = TOKENIZER
 TINY_MODEL_NAME = "tiny-qwen2"
@@ -124,3 +125,20 @@ def vllm_server(vllm_python: Path, tiny_model_dir: Path, tmp_path_factory: pytes
     ) as base_url:
         print(f"\nvLLM ready at {base_url} in {time.monotonic() - started:.1f}s (log: {log_path})")
         yield VLLMFixture(base_url, TINY_MODEL_NAME, tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def router_replicas(vllm_python: Path, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """`sprint serve --replicas 2 --keep-serving`: two real vLLM CPU servers (tiny model) behind the real
+    vllm-router, started once per session; stopped with Ctrl-C at the end, leaving nothing behind."""
+    if not router_available():
+        pytest.skip("vllm-router is not installed (pip install vllm-router)")
+    log = tmp_path_factory.mktemp("router") / "serve.log"
+    serve = ServeProcess.start(tiny_model_dir, 2, "--served-model-name", TINY_MODEL_NAME, "--python", str(vllm_python),
+                               "--log", str(log), "--max-model-len", "4096", "--keep-serving", ready_timeout=900)
+    try:
+        yield serve
+    finally:
+        code = serve.stop()
+        left = serve.leftovers()
+        assert code == 0 and not left, f"sprint serve exit {code}, processes left: {left} (logs beside {log})"

@@ -18,7 +18,7 @@ from sprint.llm.router import router_executable
 from sprint.llm.serve import free_port
 
 SPRINT = Path(sys.executable).parent / "sprint"
-_CHILD_LINE = re.compile(r"(replica \d+|vllm-router).*\(.*pid (\d+)")
+_CHILD_LINE = re.compile(r"(replica \d+|vllm-router)[^:]*: (\S+) \(.*pid (\d+)")
 
 
 def router_available() -> bool:
@@ -63,6 +63,7 @@ class ServeProcess:
     process: subprocess.Popen[str]
     url: str
     pids: dict[str, int]  # "replica 1", "replica 2", ..., "router" -> pid (= its process group)
+    urls: dict[str, str]  # the same names -> base URL
 
     @classmethod
     def start(cls, model_dir: Path, replicas: int, *args: str, ready_timeout: float = 900.0) -> ServeProcess:
@@ -75,14 +76,16 @@ class ServeProcess:
             process.wait(60)
             raise RuntimeError(f"sprint serve printed no URL (exit {process.returncode}):\n{process.stderr.read()}")
         pids: dict[str, int] = {}
+        urls: dict[str, str] = {}
         while "router" not in pids:  # stderr names each child before the URL is printed
             line = process.stderr.readline()
             if not line:
                 break
             match = _CHILD_LINE.match(line)
             if match:
-                pids["router" if match.group(1) == "vllm-router" else match.group(1)] = int(match.group(2))
-        return cls(process, url, pids)
+                name = "router" if match.group(1) == "vllm-router" else match.group(1)
+                urls[name], pids[name] = match.group(2), int(match.group(3))
+        return cls(process, url, pids, urls)
 
     def kill_replica(self, number: int) -> None:
         """SIGKILL a replica's whole process group (its API server and engine), as a crash would."""

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from tests.fake_server import FakeServer, Reply, ScriptedServer, dead_url
+from tests.helpers import shared_data_dir, tokenizer_dir
 
 from sprint.cli import main as cli_main
 
@@ -31,10 +32,6 @@ REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 MODEL = "test-model"
 CONTEXT_CHARS = 200_000  # the fake server's "context window": longer prompts get HTTP 400, as vLLM answers
-
-
-def shared_data() -> Path:
-    return Path(os.environ.get("SPRINT_LOCAL_DATA") or REPO.parent / "shared" / "data")
 
 
 @dataclass(frozen=True)
@@ -190,7 +187,7 @@ IN_PROCESS = [c for c in CASES if c.in_process]
 
 @pytest.mark.parametrize("case", IN_PROCESS, ids=[c.name for c in IN_PROCESS])
 def test_bad_input_gets_one_clear_error_line(case: Case, ctx: dict, capsys, caplog, monkeypatch) -> None:
-    monkeypatch.setenv("SPRINT_LOCAL_DATA", str(shared_data()))
+    monkeypatch.setenv("SPRINT_LOCAL_DATA", str(shared_data_dir()))
     tmp = scratch(ctx["root"], case.name)
     argv = argv_of(case, ctx, tmp)
     caplog.set_level(logging.INFO)
@@ -208,7 +205,7 @@ def test_bad_input_gets_one_clear_error_line(case: Case, ctx: dict, capsys, capl
 
 
 def cli_env() -> dict[str, str]:
-    return {**os.environ, "SPRINT_LOCAL_DATA": str(shared_data()), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+    return {**os.environ, "SPRINT_LOCAL_DATA": str(shared_data_dir()), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1"}
 
 
@@ -336,9 +333,7 @@ def test_a_dag_that_is_a_list_drops_that_trace_only(tmp_path: Path, capsys) -> N
 
 
 def test_a_trajectory_with_unbalanced_tags_is_scored_leniently(tmp_path: Path, capsys) -> None:
-    tokenizer = shared_data() / "tokenizers" / "deepseek-r1-distill-qwen-7b"
-    if not tokenizer.is_dir():
-        pytest.skip("tokenizer missing; set SPRINT_LOCAL_DATA")
+    tokenizer = tokenizer_dir()
     rc = cli_main(["evaluate", str(CORPUS / "unbalanced_trajectory"), "--gold", str(CORPUS / "gold.csv"),
                    "--planner-tokenizer", str(tokenizer), "--out", str(tmp_path / "ev"), "--no-plots", "--bootstrap", "0"])
     assert rc == 0
@@ -350,9 +345,7 @@ def test_a_trajectory_with_unbalanced_tags_is_scored_leniently(tmp_path: Path, c
 
 
 def test_evaluate_names_the_malformed_trajectory(tmp_path: Path, capsys, caplog) -> None:
-    tokenizer = shared_data() / "tokenizers" / "deepseek-r1-distill-qwen-7b"
-    if not tokenizer.is_dir():
-        pytest.skip("tokenizer missing; set SPRINT_LOCAL_DATA")
+    tokenizer = tokenizer_dir()
     caplog.set_level(logging.INFO)
     assert cli_main(["evaluate", str(CORPUS / "unbalanced_trajectory"), "--gold", str(CORPUS / "gold.csv"),
                      "--planner-tokenizer", str(tokenizer), "--out", str(tmp_path / "ev"), "--no-plots",

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
+from tests.helpers import shared_path
 
 from sprint.tasks.grading import check_countdown
 
 
 def _rows() -> list[dict]:
-    default = Path(__file__).resolve().parents[2] / "shared" / "data"
-    data = Path(os.environ.get("SPRINT_LOCAL_DATA", default))
-    path = data / "countdown" / "countdown_3to4_uft.jsonl"
-    if not path.exists():
-        pytest.skip(f"Countdown data not found at {path}; set SPRINT_LOCAL_DATA")
+    path = shared_path("countdown/countdown_3to4_uft.jsonl")
     with path.open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import datasets
 import pytest
+from tests.helpers import shared_data_dir, shared_path
 
 from sprint.core.data import load_items, parse_range, safe_id
 from sprint.core.errors import UserError
 from sprint.core.records import RunDir
-
-SHARED = Path(os.environ.get("SPRINT_LOCAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -43,7 +41,8 @@ def test_safe_id(raw, safe):
 
 
 def test_math500_via_local_mapping(monkeypatch):
-    monkeypatch.setenv("SPRINT_LOCAL_DATA", str(SHARED))
+    shared_path("math500/test.jsonl")  # skip without it: load_items would fall back to the Hugging Face hub
+    monkeypatch.setenv("SPRINT_LOCAL_DATA", str(shared_data_dir()))
     items = load_items("HuggingFaceH4/MATH-500", split="test", range_spec="0:2")
     assert items[0].id == "test_precalculus_807"
     assert items[0].answer == "\\left( 3, \\frac{\\pi}{2} \\right)"

@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from tests.fake_server import ScriptedServer
+from tests.helpers import write_run
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from sprint import cli
@@ -73,33 +75,11 @@ BASELINE = "Okay, 3 * 4 is 12 and 2 + 12 is 14.\n\nSo the answer is \\boxed{14}.
 
 
 @pytest.fixture(scope="module")
-def tok_dir(shared_data: Path) -> Path:
-    path = shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"
-    if not (path / "tokenizer.json").is_file():
-        pytest.skip(f"tokenizer missing at {path}")
-    return path
-
-
-@pytest.fixture(scope="module")
 def n_tokens(tok_dir: Path):
     """An independent counter: the `tokenizers` library straight from the file."""
     tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
     assert tok.encode("Hello world", add_special_tokens=False).ids == [9707, 1879]  # README's anchor
     return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
-
-
-def write_run(folder: Path, records: list[dict], files: dict[str, str] | None = None, tail: str = "",
-              stage: str = "orchestrate") -> Path:
-    """A run folder as orchestration writes it: records.jsonl, trajectories/, manifest.json."""
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = "".join(json.dumps(r) + "\n" for r in records) + tail
-    (folder / "records.jsonl").write_text(lines)
-    (folder / "manifest.json").write_text(json.dumps({"stage": stage, "config": {"task": "math"}}))
-    if files:
-        (folder / "trajectories").mkdir(exist_ok=True)
-        for pid, text in files.items():
-            (folder / "trajectories" / f"{pid}.txt").write_text(text)
-    return folder
 
 
 def sprint_record(pid: str, text: str | None, gold: str = "14", **extra) -> dict:
@@ -429,11 +409,10 @@ def test_same_numbers_off_the_main_thread(tmp_path: Path, tok_dir: Path) -> None
     assert got["runs"][0]["problems"] == main["runs"][0]["problems"]
 
 
-def test_reads_the_folders_orchestration_writes(tmp_path: Path, tok_dir: Path) -> None:
+def test_reads_the_folders_orchestration_writes(tmp_path: Path, tok_dir: Path, scripted_server: ScriptedServer) -> None:
     """The real producer: `orchestrate` and `baseline` against the scripted server, then evaluate."""
     import re
 
-    from tests.fake_server import FakeServer
     from sprint.inference.baseline import BaselineConfig, baseline
     from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 
@@ -453,16 +432,16 @@ def test_reads_the_folders_orchestration_writes(tmp_path: Path, tok_dir: Path) -
         q = int(re.search(r"What is 2\+(\d)", prompt).group(1))
         return f"<Final_answer>\nThe answer is \\boxed{{{2 + q}}}.\n</Final_answer>"
 
-    with FakeServer(planner_and_executor) as srv:
-        orchestrate(OrchestrationConfig(
-            planner_model="test-model", planner_server_url=srv.base_url, out_dir=str(tmp_path / "run"), data=str(data),
-            prompt_mode="raw", agent_prompt=str(agent), planner_max_tokens=200, max_tokens=100, max_retries=0,
-            timeout=20.0), progress=False)
+    srv = scripted_server(planner_and_executor)
+    orchestrate(OrchestrationConfig(
+        planner_model="test-model", planner_server_url=srv.base_url, out_dir=str(tmp_path / "run"), data=str(data),
+        prompt_mode="raw", agent_prompt=str(agent), planner_max_tokens=200, max_tokens=100, max_retries=0,
+        timeout=20.0), progress=False)
     generation = "Let me add.\n</think>\nThe answer is \\boxed{4}."
-    with FakeServer(lambda body, endpoint: generation) as srv:
-        baseline(BaselineConfig(model="test-model", server_url=srv.base_url, out_dir=str(tmp_path / "base"),
-                                data=str(data), prompt_mode="raw", agent_prompt=str(agent), max_tokens=300,
-                                max_retries=0), progress=False)
+    srv = scripted_server(lambda body, endpoint: generation)
+    baseline(BaselineConfig(model="test-model", server_url=srv.base_url, out_dir=str(tmp_path / "base"),
+                            data=str(data), prompt_mode="raw", agent_prompt=str(agent), max_tokens=300,
+                            max_retries=0), progress=False)
 
     ev = evaluate(tmp_path / "run", baseline=tmp_path / "base", planner_tokenizer=str(tok_dir), write=False, **FAST)
     plain = token_counter(str(tok_dir))

@@ -16,7 +16,8 @@ import pytest
 from tests.fake_server import Reply, ScriptedServer
 from tests.test_components import good_answer, load_traces, question_in, write_jsonl
 from tests.test_reliability import problems_file, solver
-from tests.test_resume_all import TOKENIZER_DIR, cli_env, shared_data, sprint_run
+from tests.helpers import tokenizer_dir
+from tests.test_resume_all import cli_env, sprint_run
 
 from sprint.cli import main as cli_main
 from sprint.core.errors import EXIT_ITEMS_FAILED, EXIT_OK, EXIT_USER
@@ -229,15 +230,8 @@ def test_inference_rc_by_outcome(tmp_path: Path, stage: str, capsys: pytest.Capt
 # evaluate
 
 
-def tokenizer() -> str:
-    path = shared_data() / TOKENIZER_DIR
-    if not path.is_dir():
-        pytest.skip(f"tokenizer {path} missing; set SPRINT_LOCAL_DATA")
-    return str(path)
-
-
 def test_evaluate_rc_by_outcome(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    tok = tokenizer()
+    tok = str(tokenizer_dir())
     sprint_run(tmp_path / "run", 6)
     flags = ["--planner-tokenizer", tok, "--no-plots", "--bootstrap", "0"]
     assert cli_main(["evaluate", str(tmp_path / "run"), *flags]) == EXIT_OK

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.test_sft_check import tokenizer_dir  # noqa: F401  (a fixture: the R1 tokenizer of the shared data)
 
 from sprint.cli import build_parser
 from sprint.core.errors import UserError
@@ -199,27 +198,27 @@ def fake_swift(folder: Path) -> Path:
     return script
 
 
-def test_run_checks_data_then_runs_swift(tmp_path: Path, tokenizer_dir: Path, monkeypatch):
+def test_run_checks_data_then_runs_swift(tmp_path: Path, tok_dir: Path, monkeypatch):
     monkeypatch.setenv("NPROC_PER_NODE", "4")  # an exported shell variable must not leak into ms-swift
     train, test = write_data(tmp_path / "data")
     swift = fake_swift(tmp_path)
     opts = options(train_data=str(train), val_data=str(test), output_dir=str(tmp_path / "out"),
                    nproc_per_node=1, deepspeed="none")
-    assert run_finetune(opts, swift, tokenizer=str(tokenizer_dir)) == 0
+    assert run_finetune(opts, swift, tokenizer=str(tok_dir)) == 0
     called = (tmp_path / "called.txt").read_text().splitlines()
     assert called[0] == "NPROC_PER_NODE=unset"
     assert called[1:] == build_command(opts, swift).argv[1:]
     assert (tmp_path / "out" / "swift_command.sh").read_text().strip() == build_command(opts, swift).shell()
 
 
-def test_run_refuses_bad_data_before_starting_swift(tmp_path: Path, tokenizer_dir: Path):
+def test_run_refuses_bad_data_before_starting_swift(tmp_path: Path, tok_dir: Path):
     train, test = write_data(tmp_path / "data")
     with train.open("a") as f:
         f.write(json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]}) + "\n")
     swift = fake_swift(tmp_path)
     opts = options(train_data=str(train), val_data=str(test), output_dir=str(tmp_path / "out"))
     with pytest.raises(UserError, match="data check failed"):
-        run_finetune(opts, swift, tokenizer=str(tokenizer_dir))
+        run_finetune(opts, swift, tokenizer=str(tok_dir))
     assert not (tmp_path / "called.txt").exists()
     # --skip-check trains anyway
     assert run_finetune(opts, swift, check_data=False) == 0

@@ -17,15 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.fake_server import FakeServer
+from tests.fake_server import ScriptedServer
 from tests.test_components import by_question, good_answer, load_traces, write_jsonl
 from tests.test_reliability import problems_file, solver
-from tests.test_resume_all import TOKENIZER_DIR, shared_data, sprint_run
+from tests.helpers import tokenizer_dir
+from tests.test_resume_all import sprint_run
 
-from sprint.core import records as records_module
+from sprint.core import files as files_module
 from sprint.cli import main as cli_main
 from sprint.core.errors import EXIT_OK, EXIT_USER, UserError
-from sprint.core.records import RunDir, atomic_write
+from sprint.core.records import RunDir
+from sprint.core.files import atomic_write
 
 MODEL = "test-model"
 REPO = Path(__file__).resolve().parents[1]
@@ -68,13 +70,6 @@ def complete(path: Path) -> list[dict]:
     return [json.loads(line) for line in data.splitlines()]
 
 
-def tokenizer() -> str:
-    path = shared_data() / TOKENIZER_DIR
-    if not path.is_dir():
-        pytest.skip(f"tokenizer {path} missing; set SPRINT_LOCAL_DATA")
-    return str(path)
-
-
 # ---------------------------------------------------------------------------------------------
 # read-only
 
@@ -108,7 +103,7 @@ def stage_command(stage: str, tmp_path: Path, out: Path, url: str) -> list[str]:
     if stage == "evaluate":
         if not (tmp_path / "run").exists():
             sprint_run(tmp_path / "run", 4)
-        return ["evaluate", str(tmp_path / "run"), "--planner-tokenizer", tokenizer(), "--out", str(out), "--no-plots",
+        return ["evaluate", str(tmp_path / "run"), "--planner-tokenizer", str(tokenizer_dir()), "--out", str(out), "--no-plots",
                 "--bootstrap", "0"]
     return ["orchestrate", "--planner-model", MODEL, "--planner-url", url, "--data", problems_file(tmp_path, 3),
             "--out-dir", str(out), "--prompt-mode", "raw", "--no-progress"]
@@ -120,9 +115,10 @@ def handler_for(stage: str):
 
 @pytest.mark.parametrize("stage", ["components", "pack", "evaluate", "orchestrate"])
 def test_a_read_only_output_folder_is_one_line(tmp_path: Path, stage: str, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+                                               capsys: pytest.CaptureFixture[str], scripted_server: ScriptedServer) -> None:
     disk = tmp_path / "disk"
-    with tmpfs(disk, "1m") as mounted, FakeServer(handler_for(stage)) as srv:
+    srv = scripted_server(handler_for(stage))
+    with tmpfs(disk, "1m") as mounted:
         out = disk / "out"
         command = stage_command(stage, tmp_path, out, srv.base_url)
         if mounted is not None:
@@ -139,9 +135,11 @@ def test_a_read_only_output_folder_is_one_line(tmp_path: Path, stage: str, monke
         assert leftovers(disk) == [] and sorted(os.listdir(out)) == []
 
 
-def test_resuming_a_run_on_a_disk_turned_read_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_resuming_a_run_on_a_disk_turned_read_only(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   scripted_server: ScriptedServer) -> None:
     disk = tmp_path / "disk"
-    with tmpfs(disk, "4m") as mounted, FakeServer(handler_for("components")) as srv:
+    srv = scripted_server(handler_for("components"))
+    with tmpfs(disk, "4m") as mounted:
         if mounted is None:
             pytest.skip("cannot mount a tmpfs here (the read-only case is simulated in the test above)")
         out = disk / "out"
@@ -162,7 +160,7 @@ def test_resuming_a_run_on_a_disk_turned_read_only(tmp_path: Path, capsys: pytes
 
 @pytest.mark.parametrize("stage", ["components", "orchestrate"])
 def test_a_full_disk_is_one_line_keeps_finished_records_and_the_rerun_completes(
-    tmp_path: Path, stage: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, stage: str, capsys: pytest.CaptureFixture[str], scripted_server: ScriptedServer
 ) -> None:
     disk = tmp_path / "disk"
     with tmpfs(disk, "48k") as mounted:
@@ -176,21 +174,21 @@ def test_a_full_disk_is_one_line_keeps_finished_records_and_the_rerun_completes(
             n = len(rows)
         else:
             handler, n = solver, 30
-        with FakeServer(handler) as srv:
-            if stage == "components":
-                command = ["components", "-i", str(write_jsonl(tmp_path / "t.jsonl", rows)), "-o", str(out), "--model",
-                           MODEL, "--server-url", srv.base_url, "--no-progress", "--num-workers", "2"]
-            else:
-                command = ["orchestrate", "--planner-model", MODEL, "--planner-url", srv.base_url, "--data",
-                           problems_file(tmp_path, n), "--out-dir", str(out), "--prompt-mode", "raw", "--no-progress"]
-            assert cli_main(command) == EXIT_USER
-            err = one_line_error(capsys.readouterr().err)
-            assert "No space left on device" in err and str(out) in err and "re-run the same command" in err
-            assert leftovers(disk) == []
-            kept = complete(out / "records.jsonl")
-            assert len(kept) < n and len({r["id"] for r in kept}) == len(kept)
-            remount(disk, "size=16m")  # space freed: the same command finishes the job
-            assert cli_main(command) == EXIT_OK
+        srv = scripted_server(handler)
+        if stage == "components":
+            command = ["components", "-i", str(write_jsonl(tmp_path / "t.jsonl", rows)), "-o", str(out), "--model",
+                       MODEL, "--server-url", srv.base_url, "--no-progress", "--num-workers", "2"]
+        else:
+            command = ["orchestrate", "--planner-model", MODEL, "--planner-url", srv.base_url, "--data",
+                       problems_file(tmp_path, n), "--out-dir", str(out), "--prompt-mode", "raw", "--no-progress"]
+        assert cli_main(command) == EXIT_USER
+        err = one_line_error(capsys.readouterr().err)
+        assert "No space left on device" in err and str(out) in err and "re-run the same command" in err
+        assert leftovers(disk) == []
+        kept = complete(out / "records.jsonl")
+        assert len(kept) < n and len({r["id"] for r in kept}) == len(kept)
+        remount(disk, "size=16m")  # space freed: the same command finishes the job
+        assert cli_main(command) == EXIT_OK
         done = complete(out / "records.jsonl")
         assert sorted(r["id"] for r in done) == sorted({r["id"] for r in done}) and len(done) == n
         assert all(r["status"] == "ok" for r in done) and leftovers(disk) == []
@@ -247,7 +245,7 @@ def test_atomic_write_errors_are_one_line_and_leave_no_temp_file(tmp_path: Path,
     def failing_replace(src, dst):
         raise OSError(code, os.strerror(code), str(dst))
 
-    monkeypatch.setattr(records_module.os, "replace", failing_replace)
+    monkeypatch.setattr(files_module.os, "replace", failing_replace)
     with pytest.raises(UserError) as info:
         atomic_write(target, "new")
     monkeypatch.undo()

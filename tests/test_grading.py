@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
+from tests.helpers import shared_path
 
 from sprint.core.errors import UserError
 from sprint.tasks.grading import (
@@ -23,15 +22,8 @@ from sprint.tasks.grading import (
 from sprint.tasks.registry import grade, grade_many
 
 
-def _data_dir() -> Path:
-    default = Path(__file__).resolve().parents[2] / "shared" / "data"
-    return Path(os.environ.get("SPRINT_LOCAL_DATA", default))
-
-
 def _math500_answers() -> list[str]:
-    path = _data_dir() / "math500" / "test.jsonl"
-    if not path.exists():
-        pytest.skip(f"MATH-500 not found at {path}; set SPRINT_LOCAL_DATA")
+    path = shared_path("math500/test.jsonl")
     with path.open(encoding="utf-8") as f:
         return [json.loads(line)["answer"] for line in f if line.strip()]
 

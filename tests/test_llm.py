@@ -11,7 +11,8 @@ from tests.fake_server import Reply, dead_url, scripted
 
 from sprint.core.errors import UserError
 from sprint.timing.faults import FaultPlan
-from sprint.llm.client import Completion, LLMClient, LLMConfig, LLMError, Sampling, cache_key
+from sprint.llm.client import Completion, LLMClient, LLMConfig, Sampling, cache_key
+from sprint.llm.failures import LLMError
 
 MODEL = "test-model"
 PLANTED_KEY = "sk-planted-3f9c1d7e-DO-NOT-LEAK"

@@ -23,7 +23,8 @@ import pytest
 from tests.fake_server import Reply, ScriptedServer
 from tests.test_components import by_question, good_answer, load_traces, write_jsonl
 from tests.test_reliability import problems_file, solver
-from tests.test_resume_all import TOKENIZER_DIR, cli_env, complete_lines, leftover_tmp, shared_data, sprint_run
+from tests.helpers import tokenizer_dir
+from tests.test_resume_all import cli_env, complete_lines, leftover_tmp, sprint_run
 
 from sprint.evaluation import report
 from sprint.cli import main as cli_main
@@ -195,13 +196,6 @@ def test_overwrite_with_the_same_configuration_starts_afresh_too(tmp_path: Path,
 # evaluate writes one set
 
 
-def tokenizer() -> str:
-    path = shared_data() / TOKENIZER_DIR
-    if not path.is_dir():
-        pytest.skip(f"tokenizer {path} missing; set SPRINT_LOCAL_DATA")
-    return str(path)
-
-
 def report_identity(out: Path) -> tuple[str, str, str]:
     """Which run each file of a report belongs to: metrics.json, manifest.json, report.md."""
     metrics = json.loads((out / "metrics.json").read_text())
@@ -213,7 +207,7 @@ def report_identity(out: Path) -> tuple[str, str, str]:
 
 
 def test_a_killed_evaluate_never_leaves_a_mixed_report(tmp_path: Path) -> None:
-    tok = tokenizer()
+    tok = str(tokenizer_dir())
     sprint_run(tmp_path / "alpha", 40, seed=1)
     sprint_run(tmp_path / "beta", 60, seed=2)
     out = tmp_path / "report"
@@ -248,7 +242,7 @@ def test_a_killed_evaluate_never_leaves_a_mixed_report(tmp_path: Path) -> None:
 
 
 def test_a_failure_while_writing_keeps_the_previous_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tok = tokenizer()
+    tok = str(tokenizer_dir())
     sprint_run(tmp_path / "alpha", 5, seed=1)
     sprint_run(tmp_path / "beta", 7, seed=2)
     out = tmp_path / "report"
@@ -270,7 +264,7 @@ def test_a_failure_while_writing_keeps_the_previous_report(tmp_path: Path, monke
 
 
 def test_two_evaluations_into_one_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    tok = tokenizer()
+    tok = str(tokenizer_dir())
     sprint_run(tmp_path / "alpha", 5, seed=1)
     out = tmp_path / "report"
     busy = FolderSet(out)

@@ -22,7 +22,7 @@ from sprint.inference.baseline import BaselineConfig, baseline
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 from sprint.format.prompt_format import PromptFormat, build_prompt_format
 from sprint.format.trajectory import parse
-from tests.fake_server import FakeServer, Reply
+from tests.fake_server import FakeServer, Reply, ScriptedServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 AGENT = "Solve it in phases."
@@ -118,10 +118,11 @@ def _by_prompt(script: dict[str, str]) -> Callable[[dict, str], str | Reply]:
     return handler
 
 
-def test_two_phase_problem_sends_exactly_the_hand_built_requests(tmp_path: Path) -> None:
-    with FakeServer(_by_prompt(SCRIPT)) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), max_phases=12)
-        summary = orchestrate(cfg, progress=False)
+def test_two_phase_problem_sends_exactly_the_hand_built_requests(tmp_path: Path,
+                                                                 scripted_server: ScriptedServer) -> None:
+    srv = scripted_server(_by_prompt(SCRIPT))
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), max_phases=12)
+    summary = orchestrate(cfg, progress=False)
     assert srv.errors == []
     prompts = _prompts(srv)
     assert sorted(prompts) == sorted([PLANNER_1, EXECUTOR_11, EXECUTOR_12, PLANNER_2, PLANNER_3])
@@ -166,7 +167,8 @@ def test_two_phase_problem_sends_exactly_the_hand_built_requests(tmp_path: Path)
     assert manifest["summary"]["accuracy"] == 1.0
 
 
-def test_sloppy_planner_tags_are_normalised_before_executors_see_them(tmp_path: Path) -> None:
+def test_sloppy_planner_tags_are_normalised_before_executors_see_them(tmp_path: Path,
+                                                                      scripted_server: ScriptedServer) -> None:
     seen_executor: list[str] = []
 
     def handler(body: dict, endpoint: str) -> str:
@@ -180,9 +182,9 @@ def test_sloppy_planner_tags_are_normalised_before_executors_see_them(tmp_path: 
         # a final answer written inside the plan of phase 2, without a closing plan tag
         return "<Plan_2>\nSo it is 4.\n<Final_answer>\nThus \\boxed{4}.\n</Final_answer>"
 
-    with FakeServer(handler) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"], ["4"]))
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"], ["4"]))
+    orchestrate(cfg, progress=False)
     clean_plan = "First idea.\n<prompt_1.1> Do A. </prompt_1.1>\n\n<prompt_1.2> Do B. </prompt_1.2>\nDone."
     head = HEAD + "<Plan_1>\n" + clean_plan + "\n</Plan_1>\n\n<Execution_1>\n"
     assert sorted(seen_executor) == [head + "<execution_1.1>\n", head + "<execution_1.2>\n"]
@@ -198,16 +200,16 @@ def test_sloppy_planner_tags_are_normalised_before_executors_see_them(tmp_path: 
     assert (record["num_phases"], record["num_prompts"]) == (2, 2)
 
 
-def test_forced_final_answer_at_max_phases(tmp_path: Path) -> None:
+def test_forced_final_answer_at_max_phases(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     def handler(body: dict, endpoint: str) -> str:
         prompt = body["prompt"]
         if prompt.endswith("<Final_answer>\n"):
             return "It must be \\boxed{7}\n</Final_answer>\n</think>"
         return "<Plan_1>\nThink more, no prompts.\n</Plan_1>"  # never answers by itself
 
-    with FakeServer(handler) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"], ["7"]), max_phases=2)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"], ["7"]), max_phases=2)
+    orchestrate(cfg, progress=False)
     prompts = _prompts(srv)
     assert prompts == [
         HEAD,
@@ -222,13 +224,14 @@ def test_forced_final_answer_at_max_phases(tmp_path: Path) -> None:
     assert (record["predicted"], record["correct"]) == ("7", True)
 
 
-def test_planner_that_writes_nothing_is_asked_for_the_answer_at_once(tmp_path: Path) -> None:
+def test_planner_that_writes_nothing_is_asked_for_the_answer_at_once(tmp_path: Path,
+                                                                     scripted_server: ScriptedServer) -> None:
     def handler(body: dict, endpoint: str) -> str:
         return "\\boxed{5}" if body["prompt"].endswith("<Final_answer>\n") else "   \n</think>"
 
-    with FakeServer(handler) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]))
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]))
+    orchestrate(cfg, progress=False)
     assert _prompts(srv) == [HEAD, HEAD + "<Final_answer>\n"]
     [record] = _records(cfg.out_dir)
     assert record["forced_final"] is True and record["num_phases"] == 0 and record["correct"] is True
@@ -239,7 +242,7 @@ def test_planner_that_writes_nothing_is_asked_for_the_answer_at_once(tmp_path: P
 LONG_PLAN = "<Plan_1>\nStart. <prompt_1.1> " + "word " * 40 + "</prompt_1.1>\n</Plan_1>"
 
 
-def test_over_long_plan_is_redrawn_with_a_new_seed(tmp_path: Path) -> None:
+def test_over_long_plan_is_redrawn_with_a_new_seed(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     draws: list[dict] = []
 
     def handler(body: dict, endpoint: str) -> str:
@@ -249,9 +252,9 @@ def test_over_long_plan_is_redrawn_with_a_new_seed(tmp_path: Path) -> None:
             return LONG_PLAN if len(draws) <= 2 else "<Plan_1>\nShort plan.\n</Plan_1>"
         return "<Final_answer>\n\\boxed{5}\n</Final_answer>"
 
-    with FakeServer(handler) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), planner_max_tokens=20, planner_length_retries=2)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), planner_max_tokens=20, planner_length_retries=2)
+    orchestrate(cfg, progress=False)
     assert len(draws) == 3
     assert len({d["seed"] for d in draws}) == 3  # a redraw, not the same request again
     [record] = _records(cfg.out_dir)
@@ -264,7 +267,7 @@ def test_over_long_plan_is_redrawn_with_a_new_seed(tmp_path: Path) -> None:
     assert record["truncated_plans"] == 0 and record["num_prompts"] == 0
 
 
-def test_plan_still_too_long_after_retries_is_kept_truncated(tmp_path: Path) -> None:
+def test_plan_still_too_long_after_retries_is_kept_truncated(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     def handler(body: dict, endpoint: str) -> str:
         prompt = body["prompt"]
         if prompt == HEAD:
@@ -273,9 +276,9 @@ def test_plan_still_too_long_after_retries_is_kept_truncated(tmp_path: Path) -> 
             return "done"
         return "<Final_answer>\n\\boxed{5}\n</Final_answer>"
 
-    with FakeServer(handler) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), planner_max_tokens=8, planner_length_retries=1)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), planner_max_tokens=8, planner_length_retries=1)
+    orchestrate(cfg, progress=False)
     assert _prompts(srv).count(HEAD) == 2
     [record] = _records(cfg.out_dir)
     assert record["status"] == "ok" and record["truncated_plans"] == 1
@@ -285,10 +288,10 @@ def test_plan_still_too_long_after_retries_is_kept_truncated(tmp_path: Path) -> 
     assert [e.text for e in plan.executions] == ["done"]
 
 
-def test_no_redraw_at_temperature_zero(tmp_path: Path) -> None:
-    with FakeServer(lambda body, endpoint: LONG_PLAN if body["prompt"] == HEAD else "\\boxed{5}") as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), planner_max_tokens=8, planner_temperature=0.0)
-        orchestrate(cfg, progress=False)
+def test_no_redraw_at_temperature_zero(tmp_path: Path, scripted_server: ScriptedServer) -> None:
+    srv = scripted_server(lambda body, endpoint: LONG_PLAN if body["prompt"] == HEAD else "\\boxed{5}")
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), planner_max_tokens=8, planner_temperature=0.0)
+    orchestrate(cfg, progress=False)
     assert _prompts(srv).count(HEAD) == 1  # a redraw at temperature 0 would be identical
 
 
@@ -311,12 +314,12 @@ def _fail_executors(times: int) -> tuple[Callable[[dict, str], str | Reply], lis
     return handler, failures
 
 
-def test_executor_failing_three_times_is_recorded_not_a_crash(tmp_path: Path) -> None:
+def test_executor_failing_three_times_is_recorded_not_a_crash(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     handler, failures = _fail_executors(times=10**6)
-    with FakeServer(handler) as srv:
-        data = _data(tmp_path, ["What is 2+3?", "What is 1+4?"])
-        cfg = _config(srv, tmp_path, data, executor_retries=3, problem_retries=0)
-        summary = orchestrate(cfg, progress=False)
+    srv = scripted_server(handler)
+    data = _data(tmp_path, ["What is 2+3?", "What is 1+4?"])
+    cfg = _config(srv, tmp_path, data, executor_retries=3, problem_retries=0)
+    summary = orchestrate(cfg, progress=False)
     assert failures[0] == 3  # three tries, each one HTTP request (max_retries=0)
     records = {r["id"]: r for r in _records(cfg.out_dir)}
     bad, good = records["test_demo_0"], records["test_demo_1"]
@@ -331,19 +334,19 @@ def test_executor_failing_three_times_is_recorded_not_a_crash(tmp_path: Path) ->
 
     # A re-run redoes only the retryable failure.
     handler2, _ = _fail_executors(times=0)
-    with FakeServer(handler2) as srv2:
-        cfg2 = _config(srv2, tmp_path, data, executor_retries=3, problem_retries=0)
-        orchestrate(cfg2, progress=False)
+    srv2 = scripted_server(handler2)
+    cfg2 = _config(srv2, tmp_path, data, executor_retries=3, problem_retries=0)
+    orchestrate(cfg2, progress=False)
     assert {body["prompt"].split("<Question>\n")[1].split("\n")[0] for _, body in srv2.completion_requests} == {"What is 2+3?"}
     records = _records(cfg.out_dir)
     assert len(records) == 2 and all(r["status"] == "ok" for r in records)
 
 
-def test_problem_is_retried_after_its_executor_gives_up(tmp_path: Path) -> None:
+def test_problem_is_retried_after_its_executor_gives_up(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     handler, failures = _fail_executors(times=3)
-    with FakeServer(handler) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), executor_retries=3, problem_retries=1)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), executor_retries=3, problem_retries=1)
+    orchestrate(cfg, progress=False)
     [record] = _records(cfg.out_dir)
     assert record["status"] == "ok" and record["attempts"] == 2 and record["correct"] is True
     assert [c["run"] for c in record["calls"] if c["error"]] == [1, 1, 1]
@@ -353,7 +356,7 @@ def test_problem_is_retried_after_its_executor_gives_up(tmp_path: Path) -> None:
 # ---- concurrency --------------------------------------------------------------------------------
 
 
-def test_executors_of_one_phase_overlap_in_time(tmp_path: Path) -> None:
+def test_executors_of_one_phase_overlap_in_time(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     def handler(body: dict, endpoint: str) -> str | Reply:
         prompt = body["prompt"]
         if _is_executor(prompt):
@@ -362,9 +365,9 @@ def test_executors_of_one_phase_overlap_in_time(tmp_path: Path) -> None:
             return "<Final_answer>\n\\boxed{5}\n</Final_answer>"
         return "<Plan_1>\n<prompt_1.1> a </prompt_1.1>\n<prompt_1.2> b </prompt_1.2>\n<prompt_1.3> c </prompt_1.3>\n</Plan_1>"
 
-    with FakeServer(handler) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), max_execution_workers=3)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), max_execution_workers=3)
+    orchestrate(cfg, progress=False)
     [record] = _records(cfg.out_dir)
     spans = [(c["start"], c["end"]) for c in record["calls"] if c["role"] == "executor"]
     assert len(spans) == 3
@@ -372,7 +375,8 @@ def test_executors_of_one_phase_overlap_in_time(tmp_path: Path) -> None:
     assert max(e for _, e in spans) - min(s for s, _ in spans) < 3 * 0.4  # faster than one after another
 
 
-def test_problems_and_executors_run_concurrently_up_to_their_limits(tmp_path: Path) -> None:
+def test_problems_and_executors_run_concurrently_up_to_their_limits(tmp_path: Path,
+                                                                    scripted_server: ScriptedServer) -> None:
     lock = threading.Lock()
     active_questions: dict[str, int] = {}
     state = {"executors": 0, "max_executors": 0, "max_problems": 0}
@@ -398,9 +402,9 @@ def test_problems_and_executors_run_concurrently_up_to_their_limits(tmp_path: Pa
         return "<Plan_1>\n<prompt_1.1> a </prompt_1.1> <prompt_1.2> b </prompt_1.2> <prompt_1.3> c </prompt_1.3>\n</Plan_1>"
 
     questions = [f"What is {i}+{5 - i}?" for i in range(5)]
-    with FakeServer(handler) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, questions), max_problem_workers=2, max_execution_workers=4)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, questions), max_problem_workers=2, max_execution_workers=4)
+    orchestrate(cfg, progress=False)
     assert state["max_problems"] == 2  # two problems in flight, never more
     assert state["max_executors"] == 4  # executors of both problems share the limit of 4
     assert len(_records(cfg.out_dir)) == 5
@@ -426,14 +430,14 @@ def test_chat_mode_renders_the_template_once_without_doubling_think_or_bos(
     assert prompt.endswith("<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n<think>\n")
 
 
-def test_chat_api_continues_the_assistant_message(tmp_path: Path) -> None:
+def test_chat_api_continues_the_assistant_message(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     def handler(body: dict, endpoint: str) -> str:
         assistant = body["messages"][-1]["content"]
         return "\\boxed{5}\n</Final_answer>" if assistant.endswith("<Final_answer>\n") else "<Plan_1>\nHmm.\n</Plan_1>"
 
-    with FakeServer(handler) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), prompt_mode="chat", api="chat", max_phases=2)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]), prompt_mode="chat", api="chat", max_phases=2)
+    orchestrate(cfg, progress=False)
     first, last = srv.completion_requests[0], srv.completion_requests[-1]
     assert first[0] == "chat" and last[0] == "chat"
     user = {"role": "user", "content": "Solve it in phases.\n\n<Question>\nWhat is 2+3?\n</Question>\n\n"}
@@ -454,25 +458,25 @@ def test_raw_mode_with_the_chat_api_is_refused() -> None:
 # ---- resumption, baseline, CLI, shell scripts ---------------------------------------------------
 
 
-def test_finished_problems_are_skipped_on_rerun(tmp_path: Path) -> None:
-    with FakeServer(_by_prompt(SCRIPT)) as srv:
-        cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]))
-        orchestrate(cfg, progress=False)
-        n = len(srv.completion_requests)
-        orchestrate(cfg, progress=False)
-        assert len(srv.completion_requests) == n
+def test_finished_problems_are_skipped_on_rerun(tmp_path: Path, scripted_server: ScriptedServer) -> None:
+    srv = scripted_server(_by_prompt(SCRIPT))
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]))
+    orchestrate(cfg, progress=False)
+    n = len(srv.completion_requests)
+    orchestrate(cfg, progress=False)
+    assert len(srv.completion_requests) == n
     assert len(_records(cfg.out_dir)) == 1
 
 
-def test_baseline_makes_one_generation_per_problem(tmp_path: Path) -> None:
+def test_baseline_makes_one_generation_per_problem(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     generation = "Let me add: 2+3 = 5.\n</think>\nThe answer is \\boxed{5}."
-    with FakeServer(lambda body, endpoint: generation) as srv:
-        cfg = BaselineConfig(
-            model="test-model", server_url=srv.base_url, out_dir=str(tmp_path / "base"),
-            data=_data(tmp_path, ["What is 2+3?", "What is 9-4?"]), prompt_mode="raw",
-            agent_prompt=_agent_file(tmp_path), max_tokens=300, max_retries=0,
-        )
-        summary = baseline(cfg, progress=False)
+    srv = scripted_server(lambda body, endpoint: generation)
+    cfg = BaselineConfig(
+        model="test-model", server_url=srv.base_url, out_dir=str(tmp_path / "base"),
+        data=_data(tmp_path, ["What is 2+3?", "What is 9-4?"]), prompt_mode="raw",
+        agent_prompt=_agent_file(tmp_path), max_tokens=300, max_retries=0,
+    )
+    summary = baseline(cfg, progress=False)
     assert sorted(_prompts(srv)) == sorted([HEAD, HEAD.replace("2+3", "9-4")])
     for _, body in srv.completion_requests:
         assert body["max_tokens"] == 300 and not body.get("stop")
@@ -489,7 +493,7 @@ def test_baseline_makes_one_generation_per_problem(tmp_path: Path) -> None:
 
 
 def test_cli_orchestrate_runs_and_bad_server_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    with FakeServer(_by_prompt(SCRIPT)) as srv:
+    with FakeServer(_by_prompt(SCRIPT)) as srv:  # stopped after this block: the second command finds nothing there
         code = cli.main([
             "orchestrate", "--planner-model", "test-model", "--planner-url", srv.base_url,
             "--data", _data(tmp_path, ["What is 2+3?"]), "--out-dir", str(tmp_path / "cli"),
@@ -513,43 +517,44 @@ def _run_script(script: str, env: dict[str, str], *args: str) -> subprocess.Comp
     return subprocess.run(command, env=full, capture_output=True, text=True, timeout=120)
 
 
-def test_shell_scripts_drive_the_cli(tmp_path: Path) -> None:
+def test_shell_scripts_drive_the_cli(tmp_path: Path, scripted_server: ScriptedServer) -> None:
     data = _data(tmp_path, ["What is 2+3?"])
     agent = _agent_file(tmp_path)
-    with FakeServer(_by_prompt(SCRIPT)) as srv:
-        result = _run_script("run_agent_orchestration.sh", {
-            "PLANNER_MODEL": "test-model", "PLANNER_SERVER_URL": srv.base_url, "TEST_DATA": data,
-            "OUT_DIR": str(tmp_path / "orch"), "PROMPT_MODE": "raw", "PLANNER_OUTPUT_TOKEN_LIMIT": "200",
-            "MAX_TOKENS": "100", "MAX_PHASES": "5", "SPLIT": "test", "CACHE_DIR": str(tmp_path / "orch-cache"),
-        }, "--agent-prompt", agent, "--no-progress")
-        assert result.returncode == 0, result.stderr[-2000:]
+    srv = scripted_server(_by_prompt(SCRIPT))
+    result = _run_script("run_agent_orchestration.sh", {
+        "PLANNER_MODEL": "test-model", "PLANNER_SERVER_URL": srv.base_url, "TEST_DATA": data,
+        "OUT_DIR": str(tmp_path / "orch"), "PROMPT_MODE": "raw", "PLANNER_OUTPUT_TOKEN_LIMIT": "200",
+        "MAX_TOKENS": "100", "MAX_PHASES": "5", "SPLIT": "test", "CACHE_DIR": str(tmp_path / "orch-cache"),
+    }, "--agent-prompt", agent, "--no-progress")
+    assert result.returncode == 0, result.stderr[-2000:]
     assert len(list((tmp_path / "orch-cache").glob("*/*.json"))) == len(SCRIPT)  # CACHE_DIR reached the CLI
     assert not (tmp_path / "orch" / "llm_cache").exists()
     orch = json.loads((tmp_path / "orch" / "manifest.json").read_text())
     assert orch["config"]["max_phases"] == 5 and orch["config"]["planner_max_tokens"] == 200
     assert _records(tmp_path / "orch")[0]["correct"] is True
 
-    with FakeServer(lambda body, endpoint: "so \\boxed{5}") as srv:
-        result = _run_script("run_baseline_evaluation.sh", {
-            "MODEL": "test-model", "SERVER_URL": srv.base_url, "TEST_DATA": data, "OUT_DIR": str(tmp_path / "base"),
-            "PROMPT_MODE": "raw", "MAX_TOKENS": "64",
-        }, "--no-progress")
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert srv.completion_requests[0][1]["max_tokens"] == 64
+    srv = scripted_server(lambda body, endpoint: "so \\boxed{5}")
+    result = _run_script("run_baseline_evaluation.sh", {
+        "MODEL": "test-model", "SERVER_URL": srv.base_url, "TEST_DATA": data, "OUT_DIR": str(tmp_path / "base"),
+        "PROMPT_MODE": "raw", "MAX_TOKENS": "64",
+    }, "--no-progress")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert srv.completion_requests[0][1]["max_tokens"] == 64
     assert _records(tmp_path / "base")[0]["correct"] is True
     assert list((tmp_path / "base" / "llm_cache").glob("*/*.json"))  # empty CACHE_DIR: the default cache
 
 
-def test_model_path_starts_vllm_only_when_nothing_answers_locally(tmp_path: Path) -> None:
+def test_model_path_starts_vllm_only_when_nothing_answers_locally(tmp_path: Path,
+                                                                  scripted_server: ScriptedServer) -> None:
     from tests.fake_server import dead_url
 
     from sprint.core.errors import UserError
 
     data = _data(tmp_path, ["What is 2+3?"])
     # A server already answers: it is reused, and the manifest says which checkpoint was named.
-    with FakeServer(_by_prompt(SCRIPT)) as srv:
-        cfg = _config(srv, tmp_path, data, model_path=str(tmp_path))
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(_by_prompt(SCRIPT))
+    cfg = _config(srv, tmp_path, data, model_path=str(tmp_path))
+    orchestrate(cfg, progress=False)
     manifest = json.loads((Path(cfg.out_dir) / "manifest.json").read_text())
     assert manifest["model_path"] == str(tmp_path)
     # Nothing answers on this machine: ensure_server tries to start vLLM from the (empty) folder.
@@ -586,7 +591,7 @@ def _stage_argv(stage: str, url: str, data: str, out: Path, agent: str) -> list[
 @pytest.mark.parametrize("stage", ["orchestrate", "baseline"])
 def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
     tmp_path: Path, stage: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, scripted_server: ScriptedServer,
 ) -> None:
     from sprint.inference import baseline as baseline_module
     from sprint.inference import orchestration
@@ -605,8 +610,8 @@ def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
     out = tmp_path / stage
     argv = _stage_argv(stage, "{url}", data, out, _agent_file(tmp_path))
     caplog.set_level(logging.DEBUG, logger="sprint.core.items")  # the one worker pool logs crashes
-    with FakeServer(_solver) as srv:
-        code = cli.main([a.replace("{url}", srv.base_url) for a in argv])
+    srv = scripted_server(_solver)
+    code = cli.main([a.replace("{url}", srv.base_url) for a in argv])
     assert code == 3 and srv.errors == []  # finished, with a failed (crashed) problem: exit 3
     records = {r["id"]: r for r in _records(out)}
     assert set(records) == {"test_demo_0", "test_demo_1", "test_demo_2"}
@@ -627,9 +632,9 @@ def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
 
     # fixed: the re-run redoes the crashed problem only
     monkeypatch.setattr(stage_module, "call_seed", real_seed)
-    with FakeServer(_solver) as srv:
-        assert cli.main([a.replace("{url}", srv.base_url) for a in argv]) == 0
-        asked = {body["prompt"].split("<Question>\n")[1].split("\n")[0] for _, body in srv.completion_requests}
+    srv = scripted_server(_solver)
+    assert cli.main([a.replace("{url}", srv.base_url) for a in argv]) == 0
+    asked = {body["prompt"].split("<Question>\n")[1].split("\n")[0] for _, body in srv.completion_requests}
     assert asked == {"What is 1+4?"}
     assert all(r["status"] == "ok" for r in _records(out)) and len(_records(out)) == 3
 
@@ -638,47 +643,47 @@ def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
         raise UserError("the server refuses; fix it")
 
     monkeypatch.setattr(stage_module, "call_seed", refuse)
-    with FakeServer(_solver) as srv:
-        fresh = _stage_argv(stage, srv.base_url, data, tmp_path / "o2", _agent_file(tmp_path))
-        assert cli.main(fresh) == 2
+    srv = scripted_server(_solver)
+    fresh = _stage_argv(stage, srv.base_url, data, tmp_path / "o2", _agent_file(tmp_path))
+    assert cli.main(fresh) == 2
     assert "the server refuses" in capsys.readouterr().err
     assert not (tmp_path / "o2" / "records.jsonl").exists()
 
 
 @pytest.mark.parametrize("stage", ["orchestrate", "baseline"])
 def test_response_cache_defaults_to_the_run_folder_and_its_location_is_not_identity(
-    tmp_path: Path, stage: str, capsys: pytest.CaptureFixture
+    tmp_path: Path, stage: str, capsys: pytest.CaptureFixture, scripted_server: ScriptedServer
 ) -> None:
     data = _data(tmp_path, ["What is 2+3?", "What is 1+4?"])
     out = tmp_path / stage
     argv = _stage_argv(stage, "{url}", data, out, _agent_file(tmp_path))
-    with FakeServer(_solver) as srv:
-        run = [a.replace("{url}", srv.base_url) for a in argv]
-        assert cli.main(run) == 0
-        first = len(srv.completion_requests)
-        default_cache = out / "llm_cache"
-        assert len(list(default_cache.glob("*/*.json"))) == first  # every answer was stored
-        manifest = json.loads((out / "manifest.json").read_text())
-        assert manifest["config"]["cache_dir"] == str(default_cache) and "use_cache" not in manifest["config"]
-        ok_records = _records(out)
+    srv = scripted_server(_solver)
+    run = [a.replace("{url}", srv.base_url) for a in argv]
+    assert cli.main(run) == 0
+    first = len(srv.completion_requests)
+    default_cache = out / "llm_cache"
+    assert len(list(default_cache.glob("*/*.json"))) == first  # every answer was stored
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["cache_dir"] == str(default_cache) and "use_cache" not in manifest["config"]
+    ok_records = _records(out)
 
-        # lose the records (a crash before they were written): the default cache answers everything again
-        (out / "records.jsonl").write_bytes(b"")
-        assert cli.main(run) == 0
-        assert len(srv.completion_requests) == first
+    # lose the records (a crash before they were written): the default cache answers everything again
+    (out / "records.jsonl").write_bytes(b"")
+    assert cli.main(run) == 0
+    assert len(srv.completion_requests) == first
 
-        # another cache location, or none, is the same run: no --overwrite needed, nothing redone
-        other = tmp_path / "elsewhere"
-        assert cli.main([*run, "--cache-dir", str(other)]) == 0
-        assert cli.main([*run, "--no-cache"]) == 0
-        assert len(srv.completion_requests) == first and not other.exists()
+    # another cache location, or none, is the same run: no --overwrite needed, nothing redone
+    other = tmp_path / "elsewhere"
+    assert cli.main([*run, "--cache-dir", str(other)]) == 0
+    assert cli.main([*run, "--no-cache"]) == 0
+    assert len(srv.completion_requests) == first and not other.exists()
 
-        # with --no-cache every call goes to the server and nothing is stored
-        (out / "records.jsonl").write_bytes(b"")
-        shutil.rmtree(default_cache)
-        assert cli.main([*run, "--no-cache"]) == 0
-        assert len(srv.completion_requests) == 2 * first and not default_cache.exists()
-        assert json.loads((out / "manifest.json").read_text())["config"]["cache_dir"] is None
+    # with --no-cache every call goes to the server and nothing is stored
+    (out / "records.jsonl").write_bytes(b"")
+    shutil.rmtree(default_cache)
+    assert cli.main([*run, "--no-cache"]) == 0
+    assert len(srv.completion_requests) == 2 * first and not default_cache.exists()
+    assert json.loads((out / "manifest.json").read_text())["config"]["cache_dir"] is None
     assert "problems (0 errors), accuracy 100.0% (2/2; 100.0% of answered)" in capsys.readouterr().out
     strip = lambda r: {k: v for k, v in r.items() if k not in {"start", "end", "calls"}}  # noqa: E731
     assert sorted(map(json.dumps, map(strip, _records(out)))) == sorted(map(json.dumps, map(strip, ok_records)))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers import shared_example
 
 from sprint.cli import main as cli_main
 from sprint.core.errors import UserError
@@ -23,8 +24,6 @@ from sprint.format.trajectory import Trajectory
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
-SHARED = Path(os.environ.get("SPRINT_LOCAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-EXAMPLE = SHARED.parent / "examples" / "trajectory.txt"
 AGENT_PROMPT = prompt_file("agent").read_text()
 
 SOLUTION = "We compute things. So $x = 3.5$ here. Hence the answer is $\\boxed{7}$. Done!"
@@ -75,9 +74,7 @@ def test_worked_example_components_reproduce_the_shared_example_exactly():
     assert res.status == "ok", res.error
     assert (res.phases, res.prompts) == (2, 2)
     assert packed(row).reason == "low_parallelization"
-    if not EXAMPLE.is_file():
-        pytest.skip(f"{EXAMPLE} missing; set SPRINT_LOCAL_DATA to the shared data folder")
-    assert res.trajectory.render() + "\n" == EXAMPLE.read_text()
+    assert res.trajectory.render() + "\n" == shared_example("trajectory.txt").read_text()
 
 
 def test_worked_example_merge_and_observation_by_hand():

@@ -32,7 +32,8 @@ from sprint.cli import main as cli_main
 from sprint.curation.components import FAILURE_KINDS, separate_components
 from sprint.curation.dag import create_dag
 from sprint.timing.faults import FaultPlan
-from sprint.llm.client import ERROR_KINDS, LLMClient, LLMConfig, LLMError, Sampling
+from sprint.llm.client import LLMClient, LLMConfig, Sampling
+from sprint.llm.failures import ERROR_KINDS, LLMError
 from sprint.inference.baseline import BaselineConfig, baseline
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 
@@ -353,13 +354,12 @@ def test_every_stage_writes_a_full_manifest(tmp_path: Path, scripted_server: Scr
 
 
 def test_evaluate_writes_a_manifest(tmp_path: Path) -> None:
-    from tests.test_resume_all import TOKENIZER_DIR, shared_data, sprint_run
+    from tests.helpers import tokenizer_dir
+    from tests.test_resume_all import sprint_run
 
     from sprint.evaluation.evaluate import evaluate
 
-    tokenizer = shared_data() / TOKENIZER_DIR
-    if not tokenizer.is_dir():
-        pytest.skip("tokenizer missing")
+    tokenizer = tokenizer_dir()
     sprint_run(tmp_path / "run", 5)
     evaluate(tmp_path / "run", planner_tokenizer=str(tokenizer), out_dir=tmp_path / "ev", plots=False, resamples=0)
     manifest = json.loads((tmp_path / "ev" / "manifest.json").read_text())

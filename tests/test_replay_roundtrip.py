@@ -12,7 +12,7 @@ import pytest
 
 from sprint.timing.faults import FaultPlan
 from sprint.timing.latency import LatencyModel
-from sprint.llm.client import ERROR_KINDS
+from sprint.llm.failures import ERROR_KINDS
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 from sprint.timing.replay_server import DEFAULT_MODEL, replay_server
 from sprint.format.trajectory import Execution, Phase, Trajectory, parse, render_prompt

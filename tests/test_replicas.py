@@ -18,7 +18,8 @@ from tests.test_replay import executor_prompt, sums, traj_dir  # noqa: F401  (tr
 from sprint.core.errors import UserError
 from sprint.timing.latency import LatencyModel
 from sprint.core.items import RUN_STOP, RunStop
-from sprint.llm.client import LLMConfig, LLMError, Sampling
+from sprint.llm.client import LLMConfig, Sampling
+from sprint.llm.failures import LLMError
 from sprint.inference.orchestration import OrchestrationConfig, call_priority, orchestrate
 from sprint.timing.latency import PrioritySlots
 from sprint.timing.replay_server import replay_server

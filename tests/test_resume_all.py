@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 from tests.fake_server import FakeServer, Reply, ScriptedServer
+from tests.helpers import shared_data_dir, tokenizer_dir
 from tests.test_components import by_question, good_answer, load_traces, run_stage1, write_jsonl
 
 from sprint.curation.components import separate_components
@@ -43,18 +44,13 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL = "test-model"
 DELAY = 0.25  # seconds per answer: slow enough for a kill to land half way
 TIMING_KEYS = {"start", "end", "cached", "elapsed", "server"}  # differ between any two runs (server: its port)
-TOKENIZER_DIR = "tokenizers/deepseek-r1-distill-qwen-7b"
-
-
-def shared_data() -> Path:
-    return Path(os.environ.get("SPRINT_LOCAL_DATA") or REPO.parent / "shared" / "data")
 
 
 def cli_env() -> dict[str, str]:
     return {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
-        "SPRINT_LOCAL_DATA": str(shared_data()),
+        "SPRINT_LOCAL_DATA": str(shared_data_dir()),
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
     }
@@ -502,9 +498,7 @@ def comparable_metrics(folder: Path) -> dict:
 
 @pytest.mark.slow
 def test_evaluate_rerun_after_kill_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    tokenizer = shared_data() / TOKENIZER_DIR
-    if not tokenizer.is_dir():
-        pytest.skip(f"tokenizer {tokenizer} missing; set SPRINT_LOCAL_DATA")
+    tokenizer = tokenizer_dir()
     run = tmp_path / "run"
     sprint_run(run, 300)
     argv = ["evaluate", str(run), "--planner-tokenizer", str(tokenizer), "--bootstrap", "200"]

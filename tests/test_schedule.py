@@ -13,7 +13,7 @@ import pytest
 from sprint.core.errors import UserError
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 from sprint.format.trajectory import parse, settled_prompts
-from tests.fake_server import FakeServer, Reply
+from tests.fake_server import FakeServer, Reply, ScriptedServer
 
 AGENT = "Solve it in phases."
 QUESTION = "What is 2+3?"
@@ -117,8 +117,9 @@ def test_settled_prompts_count_only_prompts_more_text_cannot_change():
             assert partial[: p.end] == final[: p.end] and p in prompts
 
 
-def test_unknown_schedule_is_a_user_error(tmp_path: Path):
-    with FakeServer() as srv, pytest.raises(UserError, match="schedule"):
+def test_unknown_schedule_is_a_user_error(tmp_path: Path, scripted_server: ScriptedServer):
+    srv = scripted_server()
+    with pytest.raises(UserError, match="schedule"):
         _config(srv, tmp_path, "eager")
 
 
@@ -126,11 +127,11 @@ def test_unknown_schedule_is_a_user_error(tmp_path: Path):
 
 
 @pytest.mark.parametrize("schedule", ["barrier", "stream"])
-def test_executor_start_times_and_contexts(tmp_path: Path, schedule: str):
+def test_executor_start_times_and_contexts(tmp_path: Path, schedule: str, scripted_server: ScriptedServer):
     handler, executor_prompts, _ = _handler([PLAN_1_RAW])
-    with FakeServer(handler, chunk_delay=0.01) as srv:
-        cfg = _config(srv, tmp_path, schedule)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler, chunk_delay=0.01)
+    cfg = _config(srv, tmp_path, schedule)
+    orchestrate(cfg, progress=False)
     assert srv.errors == []
     record = _record(cfg)
     assert record["status"] == "ok" and record["correct"] is True
@@ -154,13 +155,13 @@ def test_executor_start_times_and_contexts(tmp_path: Path, schedule: str):
     assert set(executor_prompts) == expected and len(executor_prompts) == 2
 
 
-def test_both_schedules_store_the_same_trajectory(tmp_path: Path):
+def test_both_schedules_store_the_same_trajectory(tmp_path: Path, scripted_server: ScriptedServer):
     texts = {}
     for schedule in ("barrier", "stream"):
         handler, _, _ = _handler([PLAN_1_RAW])
-        with FakeServer(handler, chunk_delay=0.002) as srv:
-            cfg = _config(srv, tmp_path, schedule)
-            orchestrate(cfg, progress=False)
+        srv = scripted_server(handler, chunk_delay=0.002)
+        cfg = _config(srv, tmp_path, schedule)
+        orchestrate(cfg, progress=False)
         texts[schedule] = _record(cfg)["trajectory"]
     assert texts["barrier"] == texts["stream"]
     assert "<execution_1.2>\n2, 3, 4, 5: it is 5.\n</execution_1.2>" in texts["stream"]
@@ -169,14 +170,14 @@ def test_both_schedules_store_the_same_trajectory(tmp_path: Path):
 # ---- restarted and redrawn plan streams -------------------------------------------------------
 
 
-def test_dropped_plan_stream_is_retried_without_duplicate_executions(tmp_path: Path):
+def test_dropped_plan_stream_is_retried_without_duplicate_executions(tmp_path: Path, scripted_server: ScriptedServer):
     # the first stream is cut after prompt 1.1 was written: its executor starts, then the retried
     # stream writes the same plan again and the running executor is reused, not started twice
     cut = PLAN_1_RAW.index("Then check")
     handler, executor_prompts, planner_calls = _handler([Reply(text=PLAN_1_RAW, drop_stream_after=cut), PLAN_1_RAW])
-    with FakeServer(handler, chunk_delay=0.005) as srv:
-        cfg = _config(srv, tmp_path, "stream", max_retries=2)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler, chunk_delay=0.005)
+    cfg = _config(srv, tmp_path, "stream", max_retries=2)
+    orchestrate(cfg, progress=False)
     record = _record(cfg)
     assert record["status"] == "ok" and planner_calls[0] == 2
     _well_formed(record["trajectory"])
@@ -185,13 +186,14 @@ def test_dropped_plan_stream_is_retried_without_duplicate_executions(tmp_path: P
     assert sorted(c["prompt"] for c in executors) == ["1.1", "1.2"] and all(c["kept"] for c in executors)
 
 
-def test_restarted_stream_that_writes_another_plan_discards_stale_executors(tmp_path: Path):
+def test_restarted_stream_that_writes_another_plan_discards_stale_executors(tmp_path: Path,
+                                                                            scripted_server: ScriptedServer):
     other = PLAN_1_RAW.replace("Compute 2+3 directly.", "Add 3 to 2.")
     cut = PLAN_1_RAW.index("Then check")
     handler, executor_prompts, _ = _handler([Reply(text=PLAN_1_RAW, drop_stream_after=cut), other])
-    with FakeServer(handler, chunk_delay=0.005) as srv:
-        cfg = _config(srv, tmp_path, "stream", max_retries=2)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(handler, chunk_delay=0.005)
+    cfg = _config(srv, tmp_path, "stream", max_retries=2)
+    orchestrate(cfg, progress=False)
     record = _record(cfg)
     assert record["status"] == "ok"
     _well_formed(record["trajectory"])
@@ -204,7 +206,7 @@ def test_restarted_stream_that_writes_another_plan_discards_stale_executors(tmp_
     assert len(first) == 2 and sorted(c["kept"] for c in first) == [False, True]  # ... and thrown away
 
 
-def test_redrawn_long_plan_cancels_its_executors(tmp_path: Path):
+def test_redrawn_long_plan_cancels_its_executors(tmp_path: Path, scripted_server: ScriptedServer):
     slow_plan = PLAN_1_RAW.replace("Compute 2+3 directly.", "Slow work.")
     plans: list[str | Reply] = [Reply(text=slow_plan, finish_reason="length"), PLAN_1_RAW]
     handler, executor_prompts, planner_calls = _handler(plans)
@@ -215,9 +217,9 @@ def test_redrawn_long_plan_cancels_its_executors(tmp_path: Path):
             return Reply(text=str(answer), delay=2.0)  # still running when the plan is redrawn
         return answer
 
-    with FakeServer(slow, chunk_delay=0.002) as srv:
-        cfg = _config(srv, tmp_path, "stream", planner_length_retries=1)
-        orchestrate(cfg, progress=False)
+    srv = scripted_server(slow, chunk_delay=0.002)
+    cfg = _config(srv, tmp_path, "stream", planner_length_retries=1)
+    orchestrate(cfg, progress=False)
     record = _record(cfg)
     assert record["status"] == "ok" and planner_calls[0] == 2
     _well_formed(record["trajectory"])

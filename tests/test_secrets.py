@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.fake_server import Reply, ScriptedServer
+from tests.helpers import shared_data_dir
 from tests.test_components import by_question, good_answer, load_traces, write_jsonl
 
 from sprint.cli import build_parser
@@ -30,12 +31,8 @@ WRONG_KEY = "sk-proj-OTHER00000000000000000000000000000000"
 FRAGMENTS = (KEY, KEY[8:24], KEY[-16:], "PLANTED7f3a9c2e")
 
 
-def shared_data() -> Path:
-    return Path(os.environ.get("SPRINT_LOCAL_DATA") or REPO.parent / "shared" / "data")
-
-
 def run(argv: list[str], log: Path, key: str = KEY, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OPENAI_API_KEY": key, "SPRINT_LOCAL_DATA": str(shared_data()), "HF_HUB_OFFLINE": "1",
+    env = {**os.environ, "OPENAI_API_KEY": key, "SPRINT_LOCAL_DATA": str(shared_data_dir()), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", **(extra_env or {})}
     result = subprocess.run([sys.executable, "-m", "sprint", *argv], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=180)

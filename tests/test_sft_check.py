@@ -19,8 +19,6 @@ from sprint.training.sft_check import (
     validate_messages,
 )
 
-TOKENIZER = "tokenizers/deepseek-r1-distill-qwen-7b"
-
 
 def sft_row(question: str, body: str, **extra) -> dict:
     """A row in the layout packing writes."""
@@ -41,16 +39,8 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(shared_data: Path) -> Path:
-    path = shared_data / TOKENIZER
-    if not path.is_dir():
-        pytest.skip(f"tokenizer {path} is missing; set SPRINT_LOCAL_DATA")
-    return path
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tokenizer_dir: Path):
-    return load_tokenizer(str(tokenizer_dir))
+def tokenizer(tok_dir: Path):
+    return load_tokenizer(str(tok_dir))
 
 
 def test_validate_messages_accepts_training_layouts():
@@ -86,7 +76,7 @@ def test_render_matches_the_tokenizers_chat_template(tokenizer):
     assert ours == tokenizer.apply_chat_template(messages, tokenize=False)
 
 
-def test_check_counts_lengths_and_drops(tmp_path: Path, tokenizer_dir: Path, tokenizer):
+def test_check_counts_lengths_and_drops(tmp_path: Path, tok_dir: Path, tokenizer):
     short = sft_row("1+1?", "add the numbers", id="a")
     long = sft_row("Sum the list.", "step " * 400, id="b")
     train = write_jsonl(tmp_path / "train.jsonl", [short, long, short])
@@ -94,7 +84,7 @@ def test_check_counts_lengths_and_drops(tmp_path: Path, tokenizer_dir: Path, tok
     short_len = len(tokenizer(render_deepseek_r1(short["messages"], tokenizer.bos_token, tokenizer.eos_token),
                               add_special_tokens=False)["input_ids"])
 
-    report = check_sft(train, test, str(tokenizer_dir), max_length=short_len + 50)
+    report = check_sft(train, test, str(tok_dir), max_length=short_len + 50)
     assert (report.train.rows, report.train.invalid, report.train.too_long, report.train.kept) == (3, 0, 1, 2)
     assert report.train.lengths[0] == short_len and report.train.lengths[1] > 400
     assert report.test is not None and report.test.kept == 1
@@ -102,11 +92,11 @@ def test_check_counts_lengths_and_drops(tmp_path: Path, tokenizer_dir: Path, tok
     assert "1 longer than" in report.format()
 
     # max_length exactly the row's length keeps it (ms-swift drops only `length > max_length`).
-    assert check_sft(train, None, str(tokenizer_dir), max_length=short_len).train.kept == 2
-    assert check_sft(train, None, str(tokenizer_dir), max_length=short_len - 1).train.kept == 0
+    assert check_sft(train, None, str(tok_dir), max_length=short_len).train.kept == 2
+    assert check_sft(train, None, str(tok_dir), max_length=short_len - 1).train.kept == 0
 
 
-def test_check_reports_invalid_rows_with_line_numbers(tmp_path: Path, tokenizer_dir: Path):
+def test_check_reports_invalid_rows_with_line_numbers(tmp_path: Path, tok_dir: Path):
     rows = [
         sft_row("ok", "fine"),
         "{not json",
@@ -114,23 +104,23 @@ def test_check_reports_invalid_rows_with_line_numbers(tmp_path: Path, tokenizer_
         {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "no think tags"}]},
     ]
     train = write_jsonl(tmp_path / "train.jsonl", rows)
-    report = check_sft(train, None, str(tokenizer_dir), max_length=4096)
+    report = check_sft(train, None, str(tok_dir), max_length=4096)
     assert (report.train.rows, report.train.invalid, report.train.kept, report.train.no_think) == (4, 2, 2, 1)
     assert report.train.errors[0].startswith("line 2:") and report.train.errors[1].startswith("line 3:")
     assert not report.ok
     assert "NOT OK" in report.format()
 
 
-def test_everything_too_long_is_not_ok(tmp_path: Path, tokenizer_dir: Path):
+def test_everything_too_long_is_not_ok(tmp_path: Path, tok_dir: Path):
     train = write_jsonl(tmp_path / "train.jsonl", [sft_row("q", "a b c d e f g")])
-    report = check_sft(train, None, str(tokenizer_dir), max_length=5)
+    report = check_sft(train, None, str(tok_dir), max_length=5)
     assert report.train.kept == 0 and not report.ok
 
 
-def test_test_prompts_seen_in_train_are_counted(tmp_path: Path, tokenizer_dir: Path):
+def test_test_prompts_seen_in_train_are_counted(tmp_path: Path, tok_dir: Path):
     train = write_jsonl(tmp_path / "train.jsonl", [sft_row("q1", "a"), sft_row("q2", "a")])
     test = write_jsonl(tmp_path / "test.jsonl", [sft_row("q2", "other answer"), sft_row("q3", "a")])
-    assert check_sft(train, test, str(tokenizer_dir), 4096).test_in_train == 1
+    assert check_sft(train, test, str(tok_dir), 4096).test_in_train == 1
 
 
 def test_resolve_data_folder_and_files(tmp_path: Path):
@@ -149,18 +139,18 @@ def test_unloadable_tokenizer_is_a_user_error(tmp_path: Path):
         check_sft(tmp_path / "train.jsonl", None, str(tmp_path / "no-such-model"), 4096)
 
 
-def test_cli_exit_codes_and_json(tmp_path: Path, tokenizer_dir: Path, capsys):
+def test_cli_exit_codes_and_json(tmp_path: Path, tok_dir: Path, capsys):
     write_jsonl(tmp_path / "train.jsonl", [sft_row("q1", "a"), sft_row("q2", "b")])
     write_jsonl(tmp_path / "test.jsonl", [sft_row("q3", "c")])
     out = tmp_path / "report.json"
-    code = cli_main(["check-sft", str(tmp_path), "--tokenizer", str(tokenizer_dir), "--json", str(out)])
+    code = cli_main(["check-sft", str(tmp_path), "--tokenizer", str(tok_dir), "--json", str(out)])
     assert code == 0
     summary = json.loads(out.read_text())
     assert summary["ok"] and summary["train"]["kept"] == 2 and summary["test"]["rows"] == 1
     assert "train: 2 rows" in capsys.readouterr().out
 
-    assert cli_main(["check-sft", str(tmp_path), "--tokenizer", str(tokenizer_dir), "--max-length", "3"]) == 1
-    assert cli_main(["check-sft", str(tmp_path / "nope"), "--tokenizer", str(tokenizer_dir)]) == 2
+    assert cli_main(["check-sft", str(tmp_path), "--tokenizer", str(tok_dir), "--max-length", "3"]) == 1
+    assert cli_main(["check-sft", str(tmp_path / "nope"), "--tokenizer", str(tok_dir)]) == 2
 
 
 # --- against ms-swift itself -------------------------------------------------------------------

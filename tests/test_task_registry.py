@@ -50,14 +50,6 @@ def echo() -> Iterator[None]:
     del TASKS["echo"]
 
 
-@pytest.fixture(scope="module")
-def tok_dir(shared_data: Path) -> Path:
-    path = shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"
-    if not (path / "tokenizer.json").is_file():
-        pytest.skip(f"tokenizer missing at {path}")
-    return path
-
-
 def test_registered_task_is_listed_and_built(echo: None) -> None:
     assert task_names()[-1] == "echo" and "math" in task_names()
     task = get_task("echo", seed=7)

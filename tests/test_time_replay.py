@@ -31,7 +31,7 @@ from sprint.timing.time_replay import (
     replay_problem,
 )
 from sprint.format.trajectory import load_tokenizer
-from tests.fake_server import FakeServer, Reply
+from tests.fake_server import FakeServer, Reply, ScriptedServer
 
 AGENT = "Solve it in phases."
 PLAN_1 = "Split it.\n<prompt_1.1> Add 2 and 3. </prompt_1.1>\nThen check.\n<prompt_1.2> Count up. </prompt_1.2>\nDone."
@@ -101,10 +101,11 @@ def _records(run: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("schedule,mode", [("barrier", "raw"), ("stream", "raw"), ("barrier", "chat")])
-def test_call_plan_is_exactly_what_the_orchestrator_sent(tmp_path: Path, shared_data: Path, schedule: str, mode: str) -> None:
+def test_call_plan_is_exactly_what_the_orchestrator_sent(tmp_path: Path, shared_data: Path, schedule: str, mode: str,
+                                                         scripted_server: ScriptedServer) -> None:
     chat = {"prompt_mode": "chat", "tokenizer": str(shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b")}
-    with FakeServer(Script()) as srv:
-        run = _orchestrate(tmp_path, srv, schedule, **(chat if mode == "chat" else {}))
+    srv = scripted_server(Script())
+    run = _orchestrate(tmp_path, srv, schedule, **(chat if mode == "chat" else {}))
     assert srv.errors == []
     sent = [body["prompt"] for _, body in srv.completion_requests]
     if mode == "chat":  # the user turn went through the model's chat template
@@ -128,9 +129,9 @@ def test_call_plan_is_exactly_what_the_orchestrator_sent(tmp_path: Path, shared_
     assert redrawn.tokens == 60  # cut at the planner's token limit, as recorded
 
 
-def test_stream_release_points_are_where_each_prompt_closed(tmp_path: Path) -> None:
-    with FakeServer(Script()) as srv:
-        run = _orchestrate(tmp_path, srv, "stream", n=1)
+def test_stream_release_points_are_where_each_prompt_closed(tmp_path: Path, scripted_server: ScriptedServer) -> None:
+    srv = scripted_server(Script())
+    run = _orchestrate(tmp_path, srv, "stream", n=1)
     [plan] = _plans(run, "stream")
     by_name = {c.call.prompt: c for c in plan.calls if c.call.role == "executor"}
     # "<Plan_1>", "Split", "it.", "<prompt_1.1>", "Add", "2", "and", "3.", "</prompt_1.1>": 9 words
@@ -146,9 +147,9 @@ def test_stream_release_points_are_where_each_prompt_closed(tmp_path: Path) -> N
         "Done.\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n")
 
 
-def test_forced_final_answer_is_its_own_call(tmp_path: Path) -> None:
-    with FakeServer(Script()) as srv:
-        run = _orchestrate(tmp_path, srv, "barrier", n=1, max_phases=2)
+def test_forced_final_answer_is_its_own_call(tmp_path: Path, scripted_server: ScriptedServer) -> None:
+    srv = scripted_server(Script())
+    run = _orchestrate(tmp_path, srv, "barrier", n=1, max_phases=2)
     [plan] = _plans(run, "barrier")
     final = plan.calls[-1]
     assert (final.call.role, final.call.phase, final.call.prompt) == ("planner", 2, "final")  # the forced answer
@@ -202,16 +203,17 @@ def _one_phase(release: tuple[int | None, int | None]) -> ProblemPlan:
 
 
 @pytest.mark.parametrize("release", [(None, None), (5, 20)])
-def test_executors_start_at_their_release_point(shared_data: Path, release: tuple) -> None:
-    with FakeServer(_forced, chunk_delay=0.02) as srv:
-        async def go() -> list:
-            engine = _engine(srv, shared_data)
-            try:
-                return await replay_problem(engine, _one_phase(release), "salt")
-            finally:
-                await engine.aclose()
+def test_executors_start_at_their_release_point(shared_data: Path, release: tuple,
+                                                scripted_server: ScriptedServer) -> None:
+    srv = scripted_server(_forced, chunk_delay=0.02)
+    async def go() -> list:
+        engine = _engine(srv, shared_data)
+        try:
+            return await replay_problem(engine, _one_phase(release), "salt")
+        finally:
+            await engine.aclose()
 
-        measured = asyncio.run(go())
+    measured = asyncio.run(go())
     calls = [m.call for m in measured]
     planner, ex1, ex2, final = calls[0], *sorted(calls[1:3], key=lambda c: c.prompt or ""), calls[3]
     assert [c.completion_tokens for c in calls] == [30, 5, 5, 4] == [m.planned.tokens for m in measured]
@@ -338,16 +340,17 @@ def test_bad_options_are_user_errors(tmp_path: Path) -> None:
 
 @pytest.mark.vllm
 def test_real_vllm_honours_forced_lengths_and_reports_cache_hits(tmp_path: Path, vllm_server, shared_data: Path,
-                                                                 capsys: pytest.CaptureFixture) -> None:
+                                                                 capsys: pytest.CaptureFixture,
+                                                                 scripted_server: ScriptedServer) -> None:
     from sprint.timing.time_replay import time_replay
 
-    with FakeServer(Script()) as srv:
-        run = _orchestrate(tmp_path, srv, "barrier", n=3)
-        (tmp_path / "agent.txt").write_text(AGENT + "\n")
-        bcfg = BaselineConfig(model="test-model", server_url=srv.base_url, out_dir=str(tmp_path / "base"),
-                              data=_data(tmp_path, 3), prompt_mode="raw", agent_prompt=str(tmp_path / "agent.txt"),
-                              max_tokens=300, max_retries=0)
-        baseline(bcfg, progress=False)
+    srv = scripted_server(Script())
+    run = _orchestrate(tmp_path, srv, "barrier", n=3)
+    (tmp_path / "agent.txt").write_text(AGENT + "\n")
+    bcfg = BaselineConfig(model="test-model", server_url=srv.base_url, out_dir=str(tmp_path / "base"),
+                          data=_data(tmp_path, 3), prompt_mode="raw", agent_prompt=str(tmp_path / "agent.txt"),
+                          max_tokens=300, max_retries=0)
+    baseline(bcfg, progress=False)
     tokenizer = str(shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b")
     cfg = TimeReplayConfig(run=str(run), server_url=vllm_server.base_url, model=vllm_server.served_model_name,
                            baseline=str(tmp_path / "base"), out_dir=str(tmp_path / "timing"), tokenizer=tokenizer,
@@ -383,15 +386,16 @@ def _recorded_runs(tmp_path: Path, n: int = 2) -> tuple[Path, Path]:
     return run, tmp_path / "base"
 
 
-def test_command_writes_timing_and_report(tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture) -> None:
+def test_command_writes_timing_and_report(tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture,
+                                          scripted_server: ScriptedServer) -> None:
     from sprint.viewer.timeline import from_calls
 
     run, base = _recorded_runs(tmp_path)
     out = tmp_path / "timing"
-    with FakeServer(_forced) as srv:
-        code = cli.main(["time-replay", str(run), "--server", srv.base_url, "--model", "test-model", "--baseline", str(base),
-                         "--tokenizer", str(shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"),
-                         "--out", str(out), "--warmup", "1", "--resamples", "100"])
+    srv = scripted_server(_forced)
+    code = cli.main(["time-replay", str(run), "--server", srv.base_url, "--model", "test-model", "--baseline", str(base),
+                     "--tokenizer", str(shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"),
+                     "--out", str(out), "--warmup", "1", "--resamples", "100"])
     printed = capsys.readouterr().out
     assert code == 0
     assert "forced lengths honoured 28/28 calls" in printed  # 2 schedules x (7 + 6) SPRINT calls + 2 baseline
@@ -437,19 +441,19 @@ def test_gpu_script_dry_run_builds_the_7b_shape_and_prints_its_commands(tmp_path
     assert not (tmp_path / "out" / "vllm.log").exists()  # a dry run starts nothing
 
 
-def test_run_script_times_then_fits(tmp_path: Path, shared_data: Path) -> None:
+def test_run_script_times_then_fits(tmp_path: Path, shared_data: Path, scripted_server: ScriptedServer) -> None:
     import os
     import subprocess
     import sys
 
     run, base = _recorded_runs(tmp_path, n=1)
     root = Path(__file__).resolve().parents[1]
-    with FakeServer(_forced) as srv:
-        env = {**os.environ, "PYTHON": sys.executable, "RUN": str(run), "BASELINE": str(base), "SERVER_URL": srv.base_url,
-               "MODEL": "test-model", "TOKENIZER": str(shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"),
-               "SCHEDULE": "stream", "OUT_DIR": str(tmp_path / "out")}
-        done = subprocess.run(["bash", str(root / "run_time_replay.sh"), "--warmup", "0"], env=env, capture_output=True,
-                              text=True, timeout=300)
+    srv = scripted_server(_forced)
+    env = {**os.environ, "PYTHON": sys.executable, "RUN": str(run), "BASELINE": str(base), "SERVER_URL": srv.base_url,
+           "MODEL": "test-model", "TOKENIZER": str(shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"),
+           "SCHEDULE": "stream", "OUT_DIR": str(tmp_path / "out")}
+    done = subprocess.run(["bash", str(root / "run_time_replay.sh"), "--warmup", "0"], env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "forced lengths honoured 8/8 calls" in done.stdout  # 7 stream calls (a redrawn plan) + 1 baseline call
     assert "s_per_token" in done.stdout and (tmp_path / "out" / "latency.json").is_file()

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.helpers import write_run
 from tokenizers import Tokenizer
 
 from sprint.evaluation.evaluate import evaluate
@@ -79,14 +80,6 @@ BASELINE = "Okay, 3 * 4 is 12 and 2 + 12 is 14.\n\nSo the answer is \\boxed{14}.
 
 
 @pytest.fixture(scope="module")
-def tok_dir(shared_data: Path) -> Path:
-    path = shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"
-    if not (path / "tokenizer.json").is_file():
-        pytest.skip(f"tokenizer missing at {path}")
-    return path
-
-
-@pytest.fixture(scope="module")
 def n(tok_dir: Path):
     tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
     return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
@@ -115,13 +108,6 @@ def test_the_three_definitions_on_a_hand_made_trajectory(n, expected: dict[str, 
     assert counts.total > counts.planner + counts.executor
     assert counts.as_dict()["sequential_tokens_as_decoded"] == expected["sequential_decoded"]
     assert counts.as_dict()["total_tokens"] == expected["total"]
-
-
-def write_run(folder: Path, records: list[dict]) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (folder / "manifest.json").write_text(json.dumps({"stage": "orchestrate", "config": {"task": "math"}}))
-    return folder
 
 
 def test_evaluate_reports_all_three(tmp_path: Path, tok_dir: Path, n, expected: dict[str, int]) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from tests.helpers import shared_example
 
 from sprint.format import tags
 from sprint.format.boxed import last_boxed
@@ -24,9 +24,11 @@ from sprint.format.trajectory import (
     token_counter,
 )
 
-SHARED = Path(os.environ.get("SPRINT_LOCAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-EXAMPLE = SHARED.parent / "examples" / "trajectory.txt"
-TOKENIZER = SHARED / "tokenizers" / "deepseek-r1-distill-qwen-7b"
+
+@pytest.fixture(scope="module")
+def example() -> str:
+    """The worked example trajectory of ../shared/examples (skips without it, as in a fresh clone)."""
+    return shared_example("trajectory.txt").read_text()
 
 
 def words(text: str) -> int:
@@ -34,8 +36,8 @@ def words(text: str) -> int:
     return len(text.split())
 
 
-def test_example_round_trip_is_byte_identical():
-    text = EXAMPLE.read_text()
+def test_example_round_trip_is_byte_identical(example: str):
+    text = example
     traj = parse(text)
     assert traj.render() == text.strip()
     assert [p.number for p in traj.phases] == [1, 2]
@@ -135,11 +137,10 @@ def test_tags_are_not_counted():
     assert strip_tags("<Plan_1>\nx <prompt_1.1> y </prompt_1.1>\n</Plan_1>") == "\nx  y \n"
 
 
-@pytest.mark.skipif(not TOKENIZER.exists(), reason="shared tokenizer not found; set SPRINT_LOCAL_DATA")
-def test_real_tokenizer_counts_example():
-    count = token_counter(str(TOKENIZER))
+def test_real_tokenizer_counts_example(tok_dir: Path, example: str):
+    count = token_counter(str(tok_dir))
     assert count("Hello world") == 2
-    traj = parse(EXAMPLE.read_text())
+    traj = parse(example)
     counts = count_tokens(traj, count)
     ph1 = counts.phases[0]
     # each prompt prefix is the tag-stripped plan up to that prompt's end, counted independently
@@ -148,7 +149,7 @@ def test_real_tokenizer_counts_example():
     assert ph1.prompt_prefixes[0] == count(strip_tags(plan[:first_end]))
     assert ph1.sequential == max(ph1.plan, *(p + e for p, e in zip(ph1.prompt_prefixes, ph1.executions)))
     assert counts.planner + counts.executor == ph1.plan + sum(ph1.executions) + counts.phases[1].plan + count(traj.final_answer)
-    assert counts.total == count(EXAMPLE.read_text().split("</Question>\n\n", 1)[1].rstrip("\n"))  # tags included
+    assert counts.total == count(example.split("</Question>\n\n", 1)[1].rstrip("\n"))  # tags included
     assert counts.sequential < counts.sequential_decoded < counts.total
 
 

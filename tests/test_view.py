@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from tests.helpers import write_run
 
 from sprint.viewer import timeline as TL
 from sprint.core.errors import UserError
@@ -129,7 +130,7 @@ def test_modelled_timeline_matches_the_latency_model() -> None:
     assert stream.bars[1].start < barrier.bars[1].start == barrier.bars[0].end
 
 
-def test_modelled_paths_count_like_the_tokenizer(tok_dir: str) -> None:
+def test_modelled_paths_count_like_the_tokenizer(tok_dir: Path) -> None:
     """The batched line counting of the viewer's modelled timelines matches exact counts (to 0.1%)."""
     from sprint.format.trajectory import token_counter
 
@@ -140,8 +141,8 @@ def test_modelled_paths_count_like_the_tokenizer(tok_dir: str) -> None:
                         Execution("1.2", "500 / 7 = 71.4, so 71.")]),
         Phase(2, "Based on execution_1.1, execution_1.2:\nAdd them and subtract the overlap.", []),
     ], "So the answer is \\boxed{214}.")
-    model, exact = LatencyModel(), token_counter(tok_dir)
-    fast = TL.modelled_paths([traj], tok_dir, model)[0]
+    model, exact = LatencyModel(), token_counter(str(tok_dir))
+    fast = TL.modelled_paths([traj], str(tok_dir), model)[0]
     for schedule in ("barrier", "stream"):
         want = critical_path_timeline(traj, model, exact, schedule)
         assert fast[schedule].total == pytest.approx(want.total, rel=0.001)
@@ -183,42 +184,31 @@ def sprint_text(question: str, k: int) -> str:
     return traj.render()
 
 
-def write_run(folder: Path, schedule: str | None, calls: list[dict] | None, n: int = 3) -> None:
-    folder.mkdir(parents=True)
+def write_view_run(folder: Path, schedule: str | None, calls: list[dict] | None, n: int = 3) -> None:
+    """`n` problems with PAYLOAD in their model text and these `calls`, as a `schedule` run writes them."""
     rows = []
     for i in range(n):
         q = f"Problem {i}: what is 2+2? {PAYLOAD}"
         text = sprint_text(q, 2)
         rows.append({"id": f"p{i}", "index": i, "task": "math", "question": q, "gold": "4", "trajectory": text,
                      "calls": calls or [], "start": T0, "status": "ok", "error": None, "forced_final": False})
-    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "manifest.json").write_text(json.dumps({"stage": "orchestrate", "config": {"schedule": schedule}}))
+    write_run(folder, rows, config={"schedule": schedule})
 
 
 def write_baseline(folder: Path, n: int = 3) -> None:
-    folder.mkdir(parents=True)
     rows = [{"id": f"p{i}", "index": i, "task": "math", "question": f"Problem {i}", "gold": "4",
              "generation": "two and two " * 40 + "so \\boxed{4}", "calls": [call("baseline", 0, None, 0, 20)],
              "start": T0, "status": "ok", "error": None} for i in range(n)]
-    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "manifest.json").write_text(json.dumps({"stage": "baseline", "config": {}}))
+    write_run(folder, rows, stage="baseline", config={})
 
 
 @pytest.fixture
-def tok_dir(shared_data: Path) -> str:
-    path = shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"
-    if not (path / "tokenizer.json").is_file():
-        pytest.skip(f"tokenizer missing at {path}")
-    return str(path)
-
-
-@pytest.fixture
-def site(tmp_path: Path, tok_dir: str) -> Path:
-    write_run(tmp_path / "barrier", "barrier", BARRIER)
-    write_run(tmp_path / "stream", "stream", STREAM)
+def site(tmp_path: Path, tok_dir: Path) -> Path:
+    write_view_run(tmp_path / "barrier", "barrier", BARRIER)
+    write_view_run(tmp_path / "stream", "stream", STREAM)
     write_baseline(tmp_path / "base")
     cfg = ViewConfig(runs=[str(tmp_path / "barrier"), str(tmp_path / "stream")], baseline=[str(tmp_path / "base")],
-                     planner_tokenizer=tok_dir, out=str(tmp_path / "site"), bootstrap=0)
+                     planner_tokenizer=str(tok_dir), out=str(tmp_path / "site"), bootstrap=0)
     result = build(cfg)
     assert result.pages == 3 and result.index.is_file()
     return tmp_path / "site"
@@ -258,14 +248,14 @@ def test_site_problem_page_shows_barrier_vs_stream(site: Path) -> None:
     assert widths[0] == pytest.approx(TL.WIDTH - TL.LABEL_W - TL.RIGHT_PAD, abs=0.05)
 
 
-def test_authors_logs_get_a_modelled_timeline(tmp_path: Path, tok_dir: str) -> None:
+def test_authors_logs_get_a_modelled_timeline(tmp_path: Path, tok_dir: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "planner_trajectory_7.txt").write_text(sprint_text("What is 2+2?", 3))
     (logs / "base_model_trajectory_7.txt").write_text("<Question>\nWhat is 2+2?\n</Question>\n\n" + "think " * 300
                                                       + "\\boxed{4}")
     (tmp_path / "gold.csv").write_text("id,answer\n7,4\n")
-    result = build(ViewConfig(runs=[str(logs)], gold=str(tmp_path / "gold.csv"), planner_tokenizer=tok_dir,
+    result = build(ViewConfig(runs=[str(logs)], gold=str(tmp_path / "gold.csv"), planner_tokenizer=str(tok_dir),
                               out=str(tmp_path / "site"), bootstrap=0, plots=False))
     html = (tmp_path / "site" / "problems" / "7.html").read_text()
     assert "modelled from token counts" in html
@@ -278,17 +268,17 @@ def test_authors_logs_get_a_modelled_timeline(tmp_path: Path, tok_dir: str) -> N
     assert parsed.prompt_count == 3
 
 
-def test_view_needs_a_sprint_run(tmp_path: Path, tok_dir: str) -> None:
+def test_view_needs_a_sprint_run(tmp_path: Path, tok_dir: Path) -> None:
     write_baseline(tmp_path / "base")
     with pytest.raises(UserError, match="no SPRINT trajectories"):
-        build(ViewConfig(runs=[str(tmp_path / "base")], planner_tokenizer=tok_dir, out=str(tmp_path / "s")))
+        build(ViewConfig(runs=[str(tmp_path / "base")], planner_tokenizer=str(tok_dir), out=str(tmp_path / "s")))
 
 
-def test_cli_writes_the_site_and_prints_where(tmp_path: Path, tok_dir: str, capsys: pytest.CaptureFixture) -> None:
+def test_cli_writes_the_site_and_prints_where(tmp_path: Path, tok_dir: Path, capsys: pytest.CaptureFixture) -> None:
     from sprint.cli import main
 
-    write_run(tmp_path / "run", "barrier", BARRIER, n=2)
-    code = main(["view", str(tmp_path / "run"), "--planner-tokenizer", tok_dir, "--bootstrap", "0", "--no-plots"])
+    write_view_run(tmp_path / "run", "barrier", BARRIER, n=2)
+    code = main(["view", str(tmp_path / "run"), "--planner-tokenizer", str(tok_dir), "--bootstrap", "0", "--no-plots"])
     out = capsys.readouterr().out
     assert code == 0
     assert (tmp_path / "run" / "view" / "index.html").is_file()  # default: <run>/view
@@ -296,11 +286,11 @@ def test_cli_writes_the_site_and_prints_where(tmp_path: Path, tok_dir: str, caps
     assert "2 problem pages" in out
 
 
-def test_bad_time_scale_is_a_user_error(tmp_path: Path, tok_dir: str, capsys: pytest.CaptureFixture) -> None:
+def test_bad_time_scale_is_a_user_error(tmp_path: Path, tok_dir: Path, capsys: pytest.CaptureFixture) -> None:
     from sprint.cli import main
 
-    write_run(tmp_path / "run", "barrier", BARRIER, n=1)
-    code = main(["view", str(tmp_path / "run"), "--planner-tokenizer", tok_dir, "--time-scale", "0"])
+    write_view_run(tmp_path / "run", "barrier", BARRIER, n=1)
+    code = main(["view", str(tmp_path / "run"), "--planner-tokenizer", str(tok_dir), "--time-scale", "0"])
     assert code == 2 and "--time-scale must be above 0" in capsys.readouterr().err
 
 
@@ -319,19 +309,19 @@ def test_site_is_self_contained(site: Path) -> None:
     assert re.search(r'<img src="evaluation/reduction_by_bucket\.png"', (site / "index.html").read_text())
 
 
-def test_reusing_an_evaluation_copies_its_figures(site: Path, tmp_path: Path, tok_dir: str) -> None:
+def test_reusing_an_evaluation_copies_its_figures(site: Path, tmp_path: Path, tok_dir: Path) -> None:
     runs = [str(tmp_path / "barrier"), str(tmp_path / "stream")]
-    again = build(ViewConfig(runs=runs, planner_tokenizer=tok_dir, evaluation=str(site / "evaluation"),
+    again = build(ViewConfig(runs=runs, planner_tokenizer=str(tok_dir), evaluation=str(site / "evaluation"),
                              out=str(tmp_path / "again")))
     assert again.steps["evaluation"] < 1.0  # read back, not recomputed
     assert {p.name for p in (tmp_path / "again" / "evaluation").glob("*.png")} == \
         {p.name for p in (site / "evaluation").glob("*.png")} != set()
     assert not (tmp_path / "again" / "evaluation" / "metrics.json").exists()
     with pytest.raises(UserError, match="holds no metrics.json"):
-        build(ViewConfig(runs=runs, planner_tokenizer=tok_dir, evaluation=str(tmp_path), out=str(tmp_path / "x")))
+        build(ViewConfig(runs=runs, planner_tokenizer=str(tok_dir), evaluation=str(tmp_path), out=str(tmp_path / "x")))
 
 
-def test_evaluation_report_links_to_the_viewer(site: Path, tmp_path: Path, tok_dir: str) -> None:
+def test_evaluation_report_links_to_the_viewer(site: Path, tmp_path: Path, tok_dir: Path) -> None:
     """The viewer's own evaluation links back to it; a later `evaluate` of the run finds `<run>/view`."""
     from sprint.evaluation.evaluate import evaluate
     from sprint.evaluation.report import viewer_link
@@ -339,8 +329,8 @@ def test_evaluation_report_links_to_the_viewer(site: Path, tmp_path: Path, tok_d
     assert "[the run viewer](../index.html)" in (site / "evaluation" / "report.md").read_text()
     run = tmp_path / "barrier"
     assert viewer_link(tmp_path / "elsewhere", [run]) is None  # no viewer at <run>/view yet
-    build(ViewConfig(runs=[str(run)], planner_tokenizer=tok_dir, bootstrap=0, plots=False))
-    ev = evaluate([run], planner_tokenizer=tok_dir, out_dir=str(tmp_path / "eval"), resamples=0, plots=False)
+    build(ViewConfig(runs=[str(run)], planner_tokenizer=str(tok_dir), bootstrap=0, plots=False))
+    ev = evaluate([run], planner_tokenizer=str(tok_dir), out_dir=str(tmp_path / "eval"), resamples=0, plots=False)
     report = ev.files["report"].read_text()
     assert "[the run viewer](../barrier/view/index.html)" in report
     assert (tmp_path / "eval" / "../barrier/view/index.html").resolve().is_file()
@@ -348,7 +338,7 @@ def test_evaluation_report_links_to_the_viewer(site: Path, tmp_path: Path, tok_d
 
 @pytest.mark.parametrize("reuse", [False, True], ids=["evaluating", "reusing-an-evaluation"])
 def test_view_reads_records_once_and_parses_each_trajectory_once(
-        site: Path, tmp_path: Path, tok_dir: str, monkeypatch: pytest.MonkeyPatch, reuse: bool) -> None:
+        site: Path, tmp_path: Path, tok_dir: Path, monkeypatch: pytest.MonkeyPatch, reuse: bool) -> None:
     """`sprint view` builds on the evaluation it runs (or reuses): every records.jsonl is opened once,
     every SPRINT text parsed once, whichever module would do it; the manifest's fingerprints are
     still those of the files on disk."""
@@ -372,7 +362,7 @@ def test_view_reads_records_once_and_parses_each_trajectory_once(
             monkeypatch.setattr(module, "parse", counting_parse)
     runs = [str(tmp_path / "barrier"), str(tmp_path / "stream")]
     out = tmp_path / ("again" if reuse else "fresh")
-    build(ViewConfig(runs=runs, baseline=[str(tmp_path / "base")], planner_tokenizer=tok_dir, out=str(out),
+    build(ViewConfig(runs=runs, baseline=[str(tmp_path / "base")], planner_tokenizer=str(tok_dir), out=str(out),
                      bootstrap=0, evaluation=str(site / "evaluation") if reuse else None))
     assert opened == {"barrier": 1, "stream": 1, "base": 1}
     texts = [json.loads(line)["trajectory"] for run in runs for line in Path(run, "records.jsonl").read_text().splitlines()]
@@ -385,9 +375,9 @@ def test_view_reads_records_once_and_parses_each_trajectory_once(
         assert manifest["inputs"]["baselines"] == [run_fingerprint(tmp_path / "base")]
 
 
-def test_time_replay_measurements_are_drawn_as_measured_timelines(tmp_path: Path, tok_dir: str) -> None:
+def test_time_replay_measurements_are_drawn_as_measured_timelines(tmp_path: Path, tok_dir: Path) -> None:
     """A time-replay folder's calls (times from each problem's start) become extra timelines on the page."""
-    write_run(tmp_path / "barrier", "barrier", BARRIER)
+    write_view_run(tmp_path / "barrier", "barrier", BARRIER)
     measured = [dict(c, start=c["start"] - T0, end=c["end"] - T0) for c in BARRIER]  # timing.json's clock
     timing = {"model": "tiny", "methods": {
         "barrier": {"problems": [{"id": "p1", "calls": measured}]},
@@ -395,7 +385,7 @@ def test_time_replay_measurements_are_drawn_as_measured_timelines(tmp_path: Path
     }}
     (tmp_path / "timing").mkdir()
     (tmp_path / "timing" / "timing.json").write_text(json.dumps(timing))
-    cfg = ViewConfig(runs=[str(tmp_path / "barrier")], planner_tokenizer=tok_dir, out=str(tmp_path / "site"),
+    cfg = ViewConfig(runs=[str(tmp_path / "barrier")], planner_tokenizer=str(tok_dir), out=str(tmp_path / "site"),
                      bootstrap=0, timing=str(tmp_path / "timing"))
     build(cfg)
     page = (tmp_path / "site" / "problems" / "p1.html").read_text()

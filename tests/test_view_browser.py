@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.test_view import BARRIER, STREAM, write_baseline, write_run
+from tests.test_view import BARRIER, STREAM, write_baseline, write_view_run
 
 from sprint.viewer.site import ViewConfig, build
 
@@ -46,22 +46,20 @@ def run_chromium(exe: str, profile: Path, url: str, *args: str) -> tuple[str, li
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
-    tok = shared_data / "tokenizers" / "deepseek-r1-distill-qwen-7b"
-    if not (tok / "tokenizer.json").is_file():
-        pytest.skip(f"tokenizer missing at {tok}")
+def site(tmp_path_factory: pytest.TempPathFactory, tok_dir: Path) -> Path:
     root = tmp_path_factory.mktemp("browser")
     from tests import test_view
+
     original = test_view.PAYLOAD
     test_view.PAYLOAD = ATTACK  # the runs' model text carries a live payload
     try:
-        write_run(root / "barrier", "barrier", BARRIER, n=12)
-        write_run(root / "stream", "stream", STREAM, n=12)
+        write_view_run(root / "barrier", "barrier", BARRIER, n=12)
+        write_view_run(root / "stream", "stream", STREAM, n=12)
         write_baseline(root / "base", n=12)
     finally:
         test_view.PAYLOAD = original
     build(ViewConfig(runs=[str(root / "barrier"), str(root / "stream")], baseline=[str(root / "base")],
-                     planner_tokenizer=str(tok), out=str(root / "site"), bootstrap=0))
+                     planner_tokenizer=str(tok_dir), out=str(root / "site"), bootstrap=0))
     return root / "site"
 
 

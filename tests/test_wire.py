@@ -11,7 +11,7 @@ import http.client
 import json
 
 import pytest
-from tests.fake_server import FakeServer
+from tests.fake_server import ScriptedServer
 
 from sprint.timing import wire
 from sprint.timing.wire import Generation, Splitter, generate
@@ -97,14 +97,14 @@ def test_wire_bodies_and_stream_events():
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_scripted_server_reports_the_same_count(stream: bool):
-    with FakeServer(lambda req, ep: "a b\n</Plan_1> after") as srv:
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
-        body = {"model": "test-model", "prompt": "x", "max_tokens": 50, "stop": ["</Plan_1>"], "stream": stream,
-                "stream_options": {"include_usage": True}}
-        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-        raw = conn.getresponse().read().decode()
-        conn.close()
+def test_scripted_server_reports_the_same_count(stream: bool, scripted_server: ScriptedServer):
+    srv = scripted_server(lambda req, ep: "a b\n</Plan_1> after")
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
+    body = {"model": "test-model", "prompt": "x", "max_tokens": 50, "stop": ["</Plan_1>"], "stream": stream,
+            "stream_options": {"include_usage": True}}
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    raw = conn.getresponse().read().decode()
+    conn.close()
     if stream:
         events = [json.loads(e[len("data: "):]) for e in raw.split("\n\n") if e.startswith("data: {")]
         text = "".join(e["choices"][0]["text"] for e in events if e["choices"])

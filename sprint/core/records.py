@@ -14,44 +14,21 @@ import contextlib
 import ctypes
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from sprint import __version__
 from sprint.core.errors import UserError
+from sprint.core.files import atomic_write, disk_errors
+from sprint.core.manifest import VOLATILE_KEYS, write_manifest
 
-# Settings that may change between a run and its resumption without changing what a record means.
-VOLATILE_KEYS = frozenset(
-    {"range", "num_workers", "max_problem_workers", "max_execution_workers", "timeout", "overwrite",
-     "retry_failed", "progress", "cache_dir", "out_dir", "server_url", "planner_server_url",
-     "executor_server_url", "max_retries", "max_connection_failures", "affinity_header", "priority",
-     "batch"}  # batch: the same records as online; it only changes the price
-)
-
-# USD per 1M tokens (input, output), for the cost estimate of paid APIs. Local servers cost 0.
-PRICES = {
-    "gpt-4o": (2.50, 10.00),
-    "gpt-4o-2024-08-06": (2.50, 10.00),
-    "gpt-4o-mini": (0.15, 0.60),
-    "gpt-4.1": (2.00, 8.00),
-    "gpt-4.1-mini": (0.40, 1.60),
-}
-BATCH_DISCOUNT = 0.5  # the OpenAI Batch API bills half the online price (--batch)
-
-PACKAGES = ("openai", "datasets", "transformers", "tokenizers", "math-verify")
 
 LOCK_NAME = ".sprint.lock"  # the lock file inside a stage folder (pid, host, start time, command)
 TRASH_PREFIX = ".sprint-trash-"  # where --overwrite moves the old outputs before deleting them
@@ -59,158 +36,6 @@ TRASH_PREFIX = ".sprint-trash-"  # where --overwrite moves the old outputs befor
 # keeps there). The response cache goes too, unless it lives elsewhere (--cache-dir).
 OUTPUT_NAMES = ("manifest.json", "records.jsonl", "trajectories", "evaluation", "summary.json", "train.jsonl",
                 "test.jsonl", "llm_cache", "batch")  # "batch": batch-mode request/result files (sprint.curation.batch)
-
-# errno -> what to do, for the file-system errors a user can fix
-_DISK_ADVICE = {
-    errno.ENOSPC: "the disk is full; free some space or pass a folder on another disk, then re-run the same "
-                  "command (finished records are kept)",
-    errno.EDQUOT: "the disk quota is used up; free some space or pass another folder, then re-run the same command",
-    errno.EROFS: "the file system is read-only; pass a folder on a writable disk",
-    errno.EACCES: "permission denied; fix the folder's permissions or pass another folder",
-    errno.EPERM: "operation not permitted; fix the folder's permissions or pass another folder",
-}
-
-
-def disk_error(exc: OSError, path: str | Path | None = None, doing: str = "write") -> UserError | None:
-    """A one-line `UserError` for a permission, read-only or no-space error (None for other errors)."""
-    advice = _DISK_ADVICE.get(exc.errno or 0)
-    if advice is None:
-        return None
-    where = path if path is not None else (exc.filename or "the output folder")
-    return UserError(f"cannot {doing} {where}: {exc.strerror or os.strerror(exc.errno or 0)}; {advice}")
-
-
-@contextlib.contextmanager
-def disk_errors(path: str | Path | None = None, doing: str = "write") -> Iterator[None]:
-    """Turn the file-system errors a user can fix into one-line `UserError`s (others propagate)."""
-    try:
-        yield
-    except OSError as exc:
-        err = disk_error(exc, path, doing)
-        if err is None:
-            raise
-        raise err from None
-
-
-def _hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def package_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"sprint": __version__}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-def atomic_write(path: str | Path, data: str | bytes, *, private_tmp: bool = False) -> None:
-    """Replace `path` with `data` all at once: readers and a kill mid-write see the old file or the new one.
-
-    The temp file sits beside the target (a rename across file systems would not be atomic). Its
-    name is `NAME.tmp`, so a write killed half-way is overwritten by the next one instead of piling
-    up; `private_tmp=True` takes a unique name instead, for files several processes may write at
-    once (the shared response cache).
-    """
-    path = Path(path)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    with disk_errors(path):
-        if private_tmp:
-            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            tmp = Path(name)
-        else:
-            tmp = path.with_name(path.name + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(raw)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise
-
-
-def write_manifest(
-    folder: str | Path,
-    stage: str,
-    config: dict[str, Any],
-    *,
-    started: float,
-    counts: dict[str, int],
-    identity: dict[str, Any] | None = None,
-    inputs: dict[str, Any] | None = None,
-    prompts: dict[str, str] | None = None,
-    usage: dict[str, Any] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Write FOLDER/manifest.json atomically, in the one shape every stage uses; returns it.
-
-    What produced the folder (config, versions, commit, prompt hashes), what it holds (counts) and
-    what it cost (usage, with a price estimate for known paid models). `identity` is the part of the
-    config a resumed run must match (default: the whole config); `prompts` and `usage` appear only
-    for stages that have them.
-    """
-    identity = config if identity is None else identity
-    manifest: dict[str, Any] = {
-        "stage": stage,
-        "sprint_version": __version__,
-        "git_commit": git_commit(),
-        "packages": package_versions(),
-        "config": config,
-    }
-    if identity is not config:
-        manifest["identity"] = identity
-    manifest["config_hash"] = _hash(identity)
-    manifest["inputs"] = inputs or {}
-    if prompts is not None:
-        manifest["prompt_hashes"] = {k: text_hash(v) for k, v in prompts.items()}
-    manifest["counts"] = counts
-    if usage is not None:
-        usage = dict(usage)
-        model = config.get("model") or config.get("planner_model")
-        if model and usage:
-            price_usage(usage, str(model), bool(config.get("batch")))
-        manifest["usage"] = usage
-    manifest["started"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))
-    manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    manifest.update(extra or {})
-    atomic_write(Path(folder) / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False, default=str))
-    return manifest
-
-
-def estimate_cost(model: str, prompt_tokens: int, completion_tokens: int, batch: bool = False) -> float | None:
-    """USD at the model's list prices (None for a model without one); `batch`: at Batch API prices."""
-    price = PRICES.get(model)
-    if price is None:
-        return None
-    online = (prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6
-    return round(online * BATCH_DISCOUNT if batch else online, 4)
-
-
-def price_usage(usage: dict[str, Any], model: str, batch: bool) -> None:
-    """Add `estimated_cost_usd` and `priced_as` to a usage dict, for a model with list prices.
-    This run's mode prices the whole folder: records answered online and by batch look alike."""
-    cost = estimate_cost(model, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), batch)
-    if cost is not None:
-        usage["estimated_cost_usd"] = cost
-        usage["priced_as"] = "batch" if batch else "online"
 
 
 def _release_lock(fd: int, path: Path, inode: tuple[int, int]) -> None:
@@ -615,8 +440,3 @@ class FolderSet:
         self.close()
 
 
-def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
-    """Write a whole JSONL file atomically (for derived files such as train.jsonl)."""
-    lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in rows]
-    atomic_write(path, "".join(lines))
-    return len(lines)

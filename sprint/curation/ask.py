@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sprint.core.errors import UserError
-from sprint.llm.client import TRANSIENT_KINDS, LLMError
+from sprint.llm.failures import TRANSIENT_KINDS, LLMError
 
 T = TypeVar("T")
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from sprint.core.data import Item
 from sprint.core.errors import UserError
-from sprint.core.records import atomic_write
+from sprint.core.files import atomic_write
 from sprint.curation.stage_config import LLMStageConfig
 from sprint.llm.client import Completion, LLMClient, Sampling
 

@@ -50,7 +50,9 @@ from sprint.curation.phases import (COMMENT_MODES, DEFAULT_AGENT_PROMPT, DEFAULT
                            FINAL_ANSWER_HEADING, MAX_PROMPTS_PER_PLAN, MERGE_SPAN, PackedComponent, PackError,
                            build_trajectory, final_answer_from_solution, packed_components)
 from sprint.format.prompt_format import sft_user_content
-from sprint.core.records import RunDir, atomic_write, text_hash
+from sprint.core.records import RunDir
+from sprint.core.manifest import text_hash
+from sprint.core.files import atomic_write
 from sprint.format.tags import THINK, THINK_END
 from sprint.format.trajectory import TAG_RE, Trajectory, render_question
 

@@ -24,7 +24,9 @@ from sprint.core.data import Item, fingerprint, load_items
 from sprint.core.errors import failed_items_exit
 from sprint.core.items import CrashFn, ProcessFn, crash_record, resolve_cache_dir, run_items
 from sprint.core.options import add_options, config_from, flag_name
-from sprint.core.records import RunDir, atomic_write, estimate_cost, price_usage, text_hash
+from sprint.core.records import RunDir
+from sprint.core.manifest import estimate_cost, price_usage, text_hash
+from sprint.core.files import atomic_write
 from sprint.curation.batch import BATCH_DIR, BatchMode, batch_answers, check_batch_options
 from sprint.curation.stage_config import (
     CHARS_PER_TOKEN, TOO_LONG, LLMStageConfig, input_identity, llm_config, sampling_for,

@@ -10,7 +10,7 @@ matplotlib is imported while the grades are awaited. Numbers come from `sprint.e
 files from `sprint.evaluation.report`. The returned `Evaluation` keeps the runs as read and their
 parsed trajectories, so `sprint view` builds its pages on them without reading anything again.
 
-    python -m sprint evaluate RUN [RUN ...] --baseline BASE [BASE ...] [--gold FILE] [--out DIR]
+    python -m sprint evaluate RUN[=LABEL] [RUN ...] --baseline BASE[=LABEL] [BASE ...] [--gold FILE] [--out DIR]
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ from typing import Any, Callable, Sequence
 from sprint.core.data import safe_id
 from sprint.core.errors import UserError, failed_items_exit
 from sprint.core.options import add_options, config_from, option
-from sprint.core.records import FolderSet, text_hash, write_manifest
+from sprint.core.records import FolderSet
+from sprint.core.manifest import text_hash, write_manifest
 from sprint.evaluation import metrics as M
 from sprint.evaluation.grader import GradingProcess, grade_while
 from sprint.evaluation.report import viewer_link, warm_up_figures, write_report
+from sprint.evaluation.table2 import MethodRun, build_table
 from sprint.evaluation.runs import (Key, LoadedRun, Parsed, RawProblem, attach_gold, load_gold, load_runs,
-                                    parse_runs, run_fingerprint, task_of)
+                                    parse_runs, run_fingerprint, split_label, task_of)
 from sprint.format.tokencount import batch_counts, load_counter
 from sprint.format.trajectory import TokenCounts, count_tokens
 from sprint.tasks.registry import TaskAdapter, TaskChoices, get_task
@@ -46,9 +48,11 @@ MAX_WARNINGS = 5  # malformed trajectories named on the terminal; the rest are c
 class EvaluateConfig:
     """What `sprint evaluate` reads, how it grades and counts, where it writes (defaults written once, here)."""
 
-    runs: list[str] = option(help="SPRINT run folder(s); several = several seeds", cli=False, default_factory=list)
+    runs: list[str] = option(help="SPRINT run folder(s); several = several seeds or methods; FOLDER=LABEL names "
+                             "the run in the tables", cli=False, default_factory=list)
     baseline: list[str] | None = option(
-        None, "sequential-baseline run folder(s), paired with the runs by problem id (put it after the runs)", cli=False)
+        None, "sequential-baseline run folder(s), paired with the runs by problem id (put it after the runs); "
+        "FOLDER=LABEL names it (e.g. RFT)", cli=False)
     task: str | None = option(None, "grading rule (default: from the run's manifest, else math)", choices=TaskChoices())
     gold: str | None = option(
         None, "gold answers: CSV with id,answer columns or a dataset (file or hub id) with ids and answers")
@@ -94,6 +98,11 @@ class Evaluation:
     loaded: list[LoadedRun] = field(default_factory=list)
     parsed: dict[Key, Parsed] = field(default_factory=dict)
 
+    @property
+    def table2(self) -> dict | None:
+        """The paper-shaped table (`sprint.evaluation.table2`), as metrics.json and table2.json hold it."""
+        return self.metrics.get("table2")
+
 
 def evaluate(
     run_dir: str | Path | Sequence[str | Path],
@@ -108,8 +117,8 @@ def evaluate(
     `run_dir`/`baseline`: folders (or lists of folders, one per seed). `gold`: a CSV/dataset path
     or an {id: gold} mapping, overriding golds stored in records. `settings`: the other fields of
     `EvaluateConfig` (task, tokenizers, out_dir, resamples, seed, confidence, workers, plots).
-    Outputs go to `out_dir` (default: `<first run>/evaluation`): metrics.json, report.md, plots
-    and manifest.json. Malformed trajectories are scored leniently and named in `Evaluation.warnings`.
+    Outputs go to `out_dir` (default: `<first run>/evaluation`): metrics.json, table2.json, report.md,
+    plots and manifest.json. Malformed trajectories are scored leniently and named in `Evaluation.warnings`.
     """
     mapping = dict(gold) if isinstance(gold, Mapping) else None
     cfg = EvaluateConfig(
@@ -183,6 +192,8 @@ def _evaluate_steps(cfg: EvaluateConfig, gold: dict[str, Any] | None, all_runs: 
     run_results = [_run_result(ri, run, answers, grades, counted, parsed, stats) for ri, run in enumerate(all_runs)]
     sprint_results, base_results = run_results[:n_sprint], run_results[n_sprint:]
     metrics = _metrics(task.name, planner, executor, cfg.gold, stats, sprint_results, base_results, timing)
+    metrics["table2"] = build_table([MethodRun(rr.label, rr.mode, rr.path, rr.results, run.problems, rr.summary,
+                                               rr.manifest) for rr, run in zip(run_results, all_runs)], **stats)
     files: dict[str, Path] = {}
     if write:
         metrics["timing"]["total_s"] = round(time.perf_counter() - started, 3)
@@ -225,7 +236,7 @@ def _check_out(out: Path) -> None:
 
 def _report_file(name: str) -> bool:
     """A file an evaluation writes into its folder (report.md, metrics.json, manifest.json, figures)."""
-    return name in ("metrics.json", "report.md", "manifest.json") or name.endswith((".png", ".tmp"))
+    return name in ("metrics.json", "report.md", "manifest.json", "table2.json") or name.endswith((".png", ".tmp"))
 
 
 def _check_tokenizers(cfg: EvaluateConfig) -> tuple[str, str]:
@@ -406,8 +417,8 @@ def _write_outputs(
 
     They are written into `into` (the temporary folder `run_evaluation` swaps into place as OUT)."""
     folder = into if into is not None else out
-    files = write_report(metrics, folder, plots=cfg.plots, viewer=viewer_link(out, cfg.runs))
-    run_paths, base_paths = _as_paths(cfg.runs), _as_paths(cfg.baseline)
+    files = write_report(metrics, folder, plots=cfg.plots, viewer=viewer_link(out, [split_label(p)[0] for p in cfg.runs]))
+    run_paths, base_paths = _as_paths(cfg.runs), _as_paths(cfg.baseline)  # as given, FOLDER=LABEL included
     config = {
         "runs": [str(p) for p in run_paths], "baseline": [str(p) for p in base_paths], "task": cfg.task,
         "planner_tokenizer": planner, "executor_tokenizer": executor,
@@ -416,8 +427,8 @@ def _write_outputs(
         "workers": cfg.workers, "plots": cfg.plots,
     }
     inputs = {  # from the bytes the runs were loaded from, not read again
-        "runs": [run_fingerprint(p, runs) for p in run_paths],
-        "baselines": [run_fingerprint(p, runs) for p in base_paths],
+        "runs": [run_fingerprint(split_label(p)[0], runs) for p in run_paths],
+        "baselines": [run_fingerprint(split_label(p)[0], runs) for p in base_paths],
         "gold": None if gold_map is None else {
             "source": config["gold"], "ids": len(gold_map),
             "fingerprint": text_hash(json.dumps(gold_map, sort_keys=True, default=str))},

@@ -150,6 +150,24 @@ def _difference_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.mean(axis=1) - b.mean(axis=1)
 
 
+def mean_with_ci(
+    values: Sequence[float],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> dict | None:
+    """A mean over problems with its percentile-bootstrap interval: {"value", "ci", "n"}.
+
+    None without values, so a measure nobody recorded reads as missing rather than as 0.
+    """
+    arr = np.asarray(list(values), dtype=float)
+    if arr.size == 0:
+        return None
+    ci = bootstrap_ci(_mean_rows, [arr], resamples=resamples, seed=seed, confidence=confidence)
+    return {"value": float(arr.mean()), "ci": list(ci) if ci else None, "n": int(arr.size)}
+
+
 def reduction(sprint_tokens: Sequence[float], baseline_tokens: Sequence[float]) -> float | None:
     """1 − mean SPRINT sequential tokens / mean baseline tokens (positive = SPRINT is shorter)."""
     if len(sprint_tokens) == 0 or len(baseline_tokens) == 0:

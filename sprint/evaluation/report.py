@@ -13,7 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from sprint.core.records import atomic_write
+from sprint.core.files import atomic_write
+from sprint.evaluation.table2 import TITLE as TABLE2_TITLE, markdown_lines as table2_lines, md_text
 
 FIGURES = {
     "accuracy_vs_tokens": "Accuracy vs mean sequential tokens (one point per run)",
@@ -203,7 +204,7 @@ def _mcnemar_lines(metrics: dict) -> list[str]:
     for c in metrics.get("comparisons") or []:
         m = c["mcnemar"]
         out.append(
-            f"- {c['run']} vs {c['baseline']}: {c['paired']} paired problems; both right {m['both_correct']}, "
+            f"- {md_text(c['run'])} vs {md_text(c['baseline'])}: {c['paired']} paired problems; both right {m['both_correct']}, "
             f"only SPRINT right {m['sprint_only']}, only the baseline right {m['baseline_only']}, "
             f"neither {m['neither']}; exact McNemar p = {fmt_p(m['p_value'])}."
         )
@@ -220,7 +221,7 @@ def _runs_table(metrics: dict) -> list[str]:
     for method, r in entries:
         s = r["summary"]
         lines.append(
-            f"| {r['label']} | {method} | {s['problems']} | {fmt_pct(s['accuracy'])} | {fmt_pct(s['accuracy_answered'])} | "
+            f"| {md_text(r['label'])} | {method} | {s['problems']} | {fmt_pct(s['accuracy'])} | {fmt_pct(s['accuracy_answered'])} | "
             f"{s['no_answer']} | {fmt_num(s['mean_sequential'])} | {fmt_num(s.get('mean_sequential_decoded'))} | "
             f"{fmt_num(s['mean_total'])} | `{r['path']}` |"
         )
@@ -232,7 +233,7 @@ def _prefix_cache_lines(metrics: dict) -> list[str]:
     lines = []
     for r in [*metrics["runs"], *metrics["baselines"]]:
         for role, c in sorted((r.get("prefix_cache") or {}).items()):
-            lines.append(f"| {r['label']} | {role} | {c['calls']} | {fmt_num(c['prompt_tokens'])} | "
+            lines.append(f"| {md_text(r['label'])} | {role} | {c['calls']} | {fmt_num(c['prompt_tokens'])} | "
                          f"{fmt_num(c['cached_tokens'])} | {fmt_pct(c['hit_ratio'])} |")
     if not lines:
         return []
@@ -263,17 +264,20 @@ DEFINITIONS = """\
 
 
 def render_markdown(metrics: dict, figures: dict[str, str] | None = None, viewer: str | None = None) -> str:
-    """report.md: the summary table first, then buckets, significance, per-run rows, figures.
+    """report.md: the paper-shaped Table 2 first, then the summary, buckets, significance, per-run rows, figures.
 
     `viewer`: a link to the HTML viewer of these runs (`sprint view`), when there is one."""
     figures = figures or {}
     parts = ["# SPRINT evaluation", ""]
-    names = [r["label"] for r in metrics["runs"]]
-    bases = [r["label"] for r in metrics["baselines"]]
+    names = [md_text(r["label"]) for r in metrics["runs"]]
+    bases = [md_text(r["label"]) for r in metrics["baselines"]]
     parts.append(f"Task **{metrics['task']}**. SPRINT runs: {', '.join(names) or 'none'}. "
                  f"Baseline runs: {', '.join(bases) or 'none'}.")
     if viewer:
         parts += ["", f"Every problem, its phases and a timeline of its model calls: [the run viewer]({viewer})."]
+    table2 = table2_lines(metrics.get("table2"))
+    if table2:
+        parts += ["", f"## {TABLE2_TITLE}", ""] + table2
     parts += ["", "## Summary", ""] + _summary_table(metrics)
     if max(len(metrics["runs"]), len(metrics["baselines"])) > 1:
         parts += ["", "With several runs (seeds) a cell reads mean ± standard deviation over the runs; "
@@ -492,12 +496,15 @@ def viewer_link(eval_dir: str | Path, runs: Iterable[str | Path] = ()) -> str | 
 
 
 def write_report(metrics: dict, out_dir: str | Path, plots: bool = True, viewer: str | None = None) -> dict[str, Path]:
-    """Write metrics.json, the figures and report.md into `out_dir`; returns their paths."""
+    """Write metrics.json, table2.json, the figures and report.md into `out_dir`; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     atomic_write(out / "metrics.json", json.dumps(metrics, indent=1, ensure_ascii=False, allow_nan=False))
     files["metrics"] = out / "metrics.json"
+    if metrics.get("table2") is not None:  # the same table on its own, for scripts
+        atomic_write(out / "table2.json", json.dumps(metrics["table2"], indent=1, ensure_ascii=False, allow_nan=False))
+        files["table2"] = out / "table2.json"
     figures = write_figures(metrics, out) if plots else {}
     for name, file in figures.items():
         files[name] = out / file

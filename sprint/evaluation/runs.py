@@ -95,6 +95,7 @@ class LoadedRun:
     problems: list[RawProblem]
     manifest: dict = field(default_factory=dict)
     files: RunFiles | None = None  # what it was read from (one folder's SPRINT and baseline runs share it)
+    named: bool = False  # the label was given as FOLDER=LABEL: kept as written, not prefixed by the parent folder
 
 
 @dataclass
@@ -272,15 +273,40 @@ def load_run(path: str | Path) -> list[LoadedRun]:
 
 
 
+def split_label(arg: str | Path) -> tuple[Path, str | None]:
+    """A run argument `FOLDER=LABEL` as (folder, label), so a table can say "RFT" rather than a folder name.
+
+    An argument that exists as written is a path, never split (a folder name may hold `=`).
+    """
+    text = str(arg)
+    if "=" not in text or Path(text).expanduser().exists():
+        return Path(text), None
+    folder, _, label = text.rpartition("=")
+    if not folder or not label.strip():
+        return Path(text), None
+    return Path(folder), label.strip()
+
+
+def _load_labelled(arg: str | Path) -> list[LoadedRun]:
+    """`load_run` of a run argument that may carry `=LABEL` (a folder with both methods: `LABEL (mode)`)."""
+    path, label = split_label(arg)
+    runs = load_run(path)
+    if label is not None:
+        for r in runs:
+            r.label, r.named = (label if len(runs) == 1 else f"{label} ({r.mode})"), True
+    return runs
+
+
 def load_runs(run_paths: Sequence[Path], base_paths: Sequence[Path]) -> tuple[list[LoadedRun], list[LoadedRun]]:
     """The SPRINT runs and the baseline runs among the run arguments, with unique labels.
 
     Whatever a `--baseline` folder holds is scored as a baseline; a run folder may hold both methods.
+    An argument `FOLDER=LABEL` names its run LABEL (`split_label`).
     """
     if not run_paths and not base_paths:
         raise UserError("no run to evaluate; pass at least one run folder")
-    loaded = [r for p in run_paths for r in load_run(p)]
-    loaded_base = [r for p in base_paths for r in load_run(p)]
+    loaded = [r for p in run_paths for r in _load_labelled(p)]
+    loaded_base = [r for p in base_paths for r in _load_labelled(p)]
     for r in loaded_base:
         if r.mode != "baseline":
             log.info("%s holds SPRINT trajectories but was passed as a baseline; it is scored as a baseline", r.path)
@@ -292,12 +318,13 @@ def load_runs(run_paths: Sequence[Path], base_paths: Sequence[Path]) -> tuple[li
 
 
 def label_runs(runs: list[LoadedRun]) -> None:
-    """Runs are named by folder; clashing names (seed folders all called `sprint`) get their parent."""
+    """Runs are named by folder; clashing names (seed folders all called `sprint`) get their parent,
+    except names given as FOLDER=LABEL; names still equal get `#2`, `#3`."""
     counts: dict[str, int] = {}
     for r in runs:
         counts[r.label] = counts.get(r.label, 0) + 1
     for r in runs:
-        if counts[r.label] > 1 and r.path.resolve().parent.name:
+        if counts[r.label] > 1 and not r.named and r.path.resolve().parent.name:
             r.label = f"{r.path.resolve().parent.name}/{r.label}"
     seen: dict[str, int] = {}
     for r in runs:

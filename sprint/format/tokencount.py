@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-from sprint.core.records import atomic_write
+from sprint.core.files import atomic_write
 from sprint.format.trajectory import load_tokenizer, tokenizer_source
 
 # The pre-tokenizer regex of Qwen2 / DeepSeek-R1-Distill-Qwen tokenizers.

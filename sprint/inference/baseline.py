@@ -16,7 +16,8 @@ from sprint.inference.run import (
     DEFAULT_URL, InferenceOptions, InferenceRun, RoleSampling, add_stage_arguments, answered_call, call_seed,
     failed_call, handle_stage, outcome_fields, problem_fields, request,
 )
-from sprint.llm.client import TRANSIENT_KINDS, Completion, LLMError, Sampling
+from sprint.llm.client import Completion, Sampling
+from sprint.llm.failures import TRANSIENT_KINDS, LLMError
 from sprint.core.options import check_range, option
 from sprint.format.prompt_format import THINK, PromptFormat
 from sprint.llm.replicas import ReplicaPool

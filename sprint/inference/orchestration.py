@@ -49,7 +49,8 @@ from sprint.inference.run import (
     DEFAULT_URL, InferenceOptions, InferenceRun, RoleSampling, add_stage_arguments, answered_call, call_seed,
     failed_call, handle_stage, is_transient, outcome_fields, problem_fields, request,
 )
-from sprint.llm.client import TRANSIENT_KINDS, Completion, LLMError, OnText, Sampling
+from sprint.llm.client import Completion, OnText, Sampling
+from sprint.llm.failures import TRANSIENT_KINDS, LLMError
 from sprint.core.options import check_range, option
 from sprint.format.prompt_format import EXECUTOR_STOPS, FINAL_OPEN, FINAL_STOPS, PLANNER_STOPS, PromptFormat
 from sprint.llm.replicas import ReplicaPool

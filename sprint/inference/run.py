@@ -21,10 +21,12 @@ from typing import Any
 from sprint.core.calls import CallRecord
 from sprint.core.data import safe_id
 from sprint.core.errors import ServerStopped, UserError, failed_items_exit
-from sprint.llm.client import DEFAULT_MAX_CONNECTION_FAILURES, TRANSIENT_KINDS, Completion, LLMConfig, OnText, Sampling
+from sprint.llm.client import DEFAULT_MAX_CONNECTION_FAILURES, Completion, LLMConfig, OnText, Sampling
+from sprint.llm.failures import TRANSIENT_KINDS
 from sprint.core.options import add_options, check_range, config_from, flag_name, optional_int, option
 from sprint.format.prompt_format import APIS, PROMPT_MODES, PromptFormat, build_prompt_format, load_agent_prompt
-from sprint.core.records import RunDir, atomic_write
+from sprint.core.records import RunDir
+from sprint.core.files import atomic_write
 from sprint.llm.replicas import AFFINITY_HEADER, ReplicaPool, split_urls
 from sprint.llm.fleet import ensure_replicas
 from sprint.llm.router import DEFAULT_POLICY, POLICIES, RouterWatch

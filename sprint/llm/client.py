@@ -11,7 +11,6 @@ run can be replayed offline against no server at all.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import hashlib
 import json
 import logging
@@ -27,8 +26,9 @@ import openai
 
 from sprint.core.errors import UserError
 from sprint.core.items import RUN_STOP  # the item loop's stop signal, tripped by the circuit breaker
+from sprint.llm.failures import TRANSIENT_KINDS, Attempt, LLMError, classify
 from sprint.llm.ratelimit import Charge, RateLimiter
-from sprint.core.records import atomic_write
+from sprint.core.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,6 @@ RETRY_AFTER_CAP = 120.0  # seconds; a server asking for longer is treated as ask
 CHECK_TIMEOUT = 10.0  # seconds for GET /models in check()
 MAX_BUDGET_WAITS = 30  # 429s per request that use no retry when a --tpm/--rpm budget is set
 
-ERROR_KINDS = frozenset({"timeout", "server_error", "rate_limit", "bad_request", "auth", "not_found", "connection", "empty"})
-TRANSIENT_KINDS = frozenset({"timeout", "server_error", "rate_limit", "connection", "empty"})
 
 OnText = Callable[[str], None]
 
@@ -120,18 +118,6 @@ class Completion:
     server: str | None = None  # the base URL that answered (None for an on-disk cache hit)
 
 
-class LLMError(Exception):
-    """A classified failure after retries; `kind` is one of ERROR_KINDS."""
-
-    def __init__(self, kind: str, message: str, *, status: int | None = None, attempts: int = 0,
-                 stopped: bool = False) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.status = status
-        self.attempts = attempts
-        self.stopped = stopped  # refused by the circuit breaker: retrying now is pointless
-
-
 @dataclass
 class LLMConfig:
     base_url: str  # e.g. http://127.0.0.1:8000/v1 or https://api.openai.com/v1
@@ -192,82 +178,6 @@ def cache_key(kind: str, model: str, payload: Any, sampling: Sampling) -> str:
     doc = {"kind": kind, "model": model, "payload": payload, "sampling": sampling.canonical()}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-class _Attempt(Exception):
-    """One failed attempt, classified; retried when its kind is transient.
-
-    `what` names the failure ("server error 500"); `detail` is the server's own words, if any.
-    """
-
-    def __init__(
-        self, kind: str, what: str, detail: str = "", *, status: int | None = None, retry_after: float | None = None
-    ) -> None:
-        super().__init__(what)
-        self.kind = kind
-        self.what = what
-        self.detail = " ".join(detail.split())[:200]
-        self.status = status
-        self.retry_after = retry_after
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds from `retry-after-ms` / `Retry-After` (seconds or an HTTP date), if present."""
-    if headers is None:
-        return None
-    try:
-        ms = headers.get("retry-after-ms")
-        if ms is not None:
-            return max(0.0, float(ms) / 1000)
-        value = headers.get("retry-after")
-        if value is None:
-            return None
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(value)
-            return max(0.0, when.timestamp() - time.time())
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def _server_message(exc: openai.APIError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, dict) else inner
-        if message:
-            return str(message)
-    return exc.message
-
-
-def _classify(exc: BaseException) -> _Attempt:
-    """Map an exception from one attempt to an error kind; unexpected exceptions propagate."""
-    if isinstance(exc, _Attempt):
-        return exc
-    if isinstance(exc, (asyncio.TimeoutError, openai.APITimeoutError)):
-        return _Attempt("timeout", "request timed out")
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__
-        return _Attempt("connection", "connection failure", f"{type(cause).__name__}: {cause}" if cause else exc.message)
-    if isinstance(exc, openai.APIStatusError):
-        status, message, headers = exc.status_code, _server_message(exc), exc.response.headers
-        if status == 429:
-            return _Attempt("rate_limit", "rate limit (HTTP 429)", message, status=status, retry_after=_retry_after(headers))
-        if status == 408:
-            return _Attempt("timeout", "request timed out (HTTP 408)", message, status=status)
-        if status >= 500:
-            return _Attempt("server_error", f"server error {status}", message, status=status, retry_after=_retry_after(headers))
-        if status in (401, 403):
-            return _Attempt("auth", f"authentication failure (HTTP {status})", message, status=status)
-        if status == 404:
-            return _Attempt("not_found", "not found (HTTP 404)", message, status=status)
-        return _Attempt("bad_request", f"bad request (HTTP {status})", message, status=status)
-    if isinstance(exc, openai.APIError):  # e.g. an error event inside a stream
-        return _Attempt("server_error", "server error", exc.message)
-    if isinstance(exc, json.JSONDecodeError):
-        return _Attempt("server_error", "unreadable response", "the body is not JSON")
-    raise exc
 
 
 class LLMClient:
@@ -394,14 +304,14 @@ class LLMClient:
                 if start is None:
                     start = time.time()
                 result: tuple[str, str | None, str | None, int, int] | None = None
-                failure: _Attempt | None = None
+                failure: Attempt | None = None
                 try:
                     result = await asyncio.wait_for(
                         self._attempt(client, kind, payload, sampling, on_text, headers, body),
                         timeout=self.config.timeout,
                     )
                 except Exception as exc:  # classified below; anything unexpected propagates
-                    failure = _classify(exc)
+                    failure = classify(exc)
                 finally:
                     if charge is not None:
                         self._settle(charge, result, failure)
@@ -444,7 +354,7 @@ class LLMClient:
         self._cache_put(key, kind, done)
         return done
 
-    def _settle(self, charge: Charge, result: tuple | None, failure: _Attempt | None) -> None:
+    def _settle(self, charge: Charge, result: tuple | None, failure: Attempt | None) -> None:
         """Tell the rate limiter how a request ended (its usage, a 429, or another failure)."""
         assert self.limiter is not None
         if result is not None:
@@ -455,7 +365,7 @@ class LLMClient:
             self.limiter.failed(charge)
         self.usage.rate_limiter = self.limiter.stats()
 
-    def _count_connection(self, failure: _Attempt | None) -> None:
+    def _count_connection(self, failure: Attempt | None) -> None:
         """The circuit breaker: count failed connections in a row; any answer from the server resets it."""
         if failure is None or failure.kind not in ("connection", "timeout"):
             self._failed_connections = 0
@@ -507,9 +417,9 @@ class LLMClient:
         if on_text is None:
             response = await create(model=self.config.model, extra_body=extra_body, **params)
             if not hasattr(response, "choices"):
-                raise _Attempt("server_error", "unreadable response", f"got {type(response).__name__}, not a completion")
+                raise Attempt("server_error", "unreadable response", f"got {type(response).__name__}, not a completion")
             if not response.choices:
-                raise _Attempt("empty", "empty completion", "no choices")
+                raise Attempt("empty", "empty completion", "no choices")
             choice = response.choices[0]
             text = (choice.text if kind == "completions" else choice.message.content) or ""
             finish = choice.finish_reason
@@ -520,7 +430,7 @@ class LLMClient:
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         if not text and finish == "length" and completion_tokens == 0:
-            raise _Attempt("empty", "empty completion", "no text, finish_reason length, 0 tokens")
+            raise Attempt("empty", "empty completion", "no text, finish_reason length, 0 tokens")
         details = getattr(usage, "prompt_tokens_details", None)
         cached = getattr(details, "cached_tokens", None) if details is not None else None
         cached_tokens = int(cached) if isinstance(cached, int) else None
@@ -558,9 +468,9 @@ class LLMClient:
                         finish = choice.finish_reason
                         stop_reason = getattr(choice, "stop_reason", None)
         if not saw_choice:
-            raise _Attempt("empty", "empty completion", "the stream had no choices")
+            raise Attempt("empty", "empty completion", "the stream had no choices")
         if finish is None:
-            raise _Attempt("connection", "dropped stream", "it ended before a finish_reason")
+            raise Attempt("connection", "dropped stream", "it ended before a finish_reason")
         return text, finish, stop_reason, usage
 
     # --- cache ----------------------------------------------------------------------------

@@ -100,6 +100,7 @@ class ReplicaSet:
     servers: list[VLLMServer]
     router: RouterProcess | None = None
     gpus: list[str | None] = field(default_factory=list)
+    router_log: Path | None = None  # where the router will log, beside the replicas' logs
 
     @property
     def url(self) -> str:
@@ -175,7 +176,7 @@ def start_replica_set(cfg: FleetConfig, python: Path | None = None) -> ReplicaSe
     use_router = cfg.router != "none" and cfg.replicas > 1
     ports = replica_ports(cfg.port, cfg.replicas, use_router, cfg.host)
     gpus = gpu_ids(cfg.replicas, cfg.gpus)
-    logs, _ = _log_paths(cfg.log, cfg.replicas)
+    logs, router_log = _log_paths(cfg.log, cfg.replicas)
     extra = shlex.split(cfg.vllm_args)
     extra += [f for f in PREFIX_FLAGS if f not in extra]
     servers: list[VLLMServer] = []
@@ -188,12 +189,12 @@ def start_replica_set(cfg: FleetConfig, python: Path | None = None) -> ReplicaSe
     except BaseException:
         ReplicaSet(servers).stop()
         raise
-    return ReplicaSet(servers, gpus=gpus)
+    return ReplicaSet(servers, gpus=gpus, router_log=router_log)
 
 
 def add_router(fleet: ReplicaSet, cfg: FleetConfig) -> None:
     """Put vllm-router in front of the (ready) replicas and wait until it answers."""
-    _, router_log = _log_paths(cfg.log, cfg.replicas)
+    router_log = fleet.router_log or _log_paths(cfg.log, cfg.replicas)[1]
     fleet.router = start_router([s.base_url for s in fleet.servers], cfg.port, router_log, host=cfg.host,
                                 policy=cfg.router_policy, prometheus_port=free_port(),
                                 extra_args=shlex.split(cfg.router_args))
@@ -245,8 +246,10 @@ def _say(text: str) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     cfg = config_from(FleetConfig, args)
-    # Make `kill` behave like Ctrl-C so the `with` below always stops every child.
+    # Make `kill` behave like Ctrl-C so the `with` below always stops every child; and take Ctrl-C
+    # back where a shell started us in the background with SIGINT ignored.
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         what = "vLLM" if cfg.replicas == 1 else f"{cfg.replicas} vLLM replicas"
         _say(f"starting {what} for {cfg.model_dir}")
@@ -266,4 +269,5 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 

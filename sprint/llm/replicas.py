@@ -28,7 +28,8 @@ from typing import Any
 
 from sprint.core.errors import UserError
 from sprint.core.items import RUN_STOP
-from sprint.llm.client import Completion, LLMClient, LLMConfig, LLMError, OnText, Sampling, Usage
+from sprint.llm.client import Completion, LLMClient, LLMConfig, OnText, Sampling, Usage
+from sprint.llm.failures import LLMError
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,8 @@ from typing import Any
 from sprint.core.calls import EXECUTOR, PLANNER, CallRecord
 from sprint.core.errors import UserError
 from sprint.inference.run import RoleSampling
-from sprint.llm.client import Completion, LLMError, OnText, Sampling
+from sprint.llm.client import Completion, OnText, Sampling
+from sprint.llm.failures import LLMError
 from sprint.core.options import option
 from sprint.inference.orchestration import LoopSettings, solve_problem
 from sprint.format.prompt_format import PromptFormat, load_agent_prompt

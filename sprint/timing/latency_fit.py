@@ -32,7 +32,7 @@ from sprint.core.calls import CallRecord
 from sprint.core.errors import UserError
 from sprint.timing.latency import LatencyModel
 from sprint.core.options import add_options, config_from, option
-from sprint.core.records import atomic_write
+from sprint.core.files import atomic_write
 
 BASELINE = "baseline"
 

@@ -45,7 +45,7 @@ from sprint.core.errors import EXIT_ITEMS_FAILED, UserError
 from sprint.timing.latency_fit import BASELINE, summarize_timing, timing_report, timing_table
 from sprint.core.options import add_options, check_range, config_from, optional_int, option
 from sprint.format.prompt_format import FINAL_OPEN, PROMPT_MODES, PromptFormat, build_prompt_format, load_agent_prompt
-from sprint.core.records import atomic_write
+from sprint.core.files import atomic_write
 from sprint.evaluation.runs import LoadedRun, RawProblem, load_run
 from sprint.inference.schedule import schedule_names
 from sprint.format import tags

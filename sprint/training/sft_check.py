@@ -19,7 +19,7 @@ from typing import Any
 
 from sprint.core.errors import UserError
 from sprint.core.options import add_options, config_from, option
-from sprint.core.records import atomic_write
+from sprint.core.files import atomic_write
 from sprint.format.tags import THINK, THINK_END
 from sprint.format.trajectory import load_tokenizer as _load_tokenizer
 

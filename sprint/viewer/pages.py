@@ -13,6 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Sequence
 
+from sprint.evaluation import table2 as T2
 from sprint.evaluation.report import FIGURES
 from sprint.format.tags import prompt_open
 from sprint.format.trajectory import Trajectory
@@ -103,6 +104,18 @@ def _mean_time(timelines: list[TL.Timeline], sprint: bool) -> str:
     return f"{sum(values) / len(values):.2f} s ({escape('/'.join(sorted(kinds)))})"
 
 
+def _table2(metrics: dict) -> str:
+    """The evaluation's paper-shaped Table 2 (metrics `table2`), the same cells as report.md; empty without one."""
+    table = metrics.get("table2") or {}
+    rows = table.get("rows") or []
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in T2.headers(table))
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in T2.cells(r)) + "</tr>" for r in rows)
+    return (f'<section class="table2"><h2>{escape(T2.TITLE)}</h2><table class="summary table2"><thead><tr>{head}'
+            f'</tr></thead><tbody>{body}</tbody></table><p class="note">{escape(T2.NOTE)}</p></section>')
+
+
 def _headline(metrics: dict, views: list[list[ProblemView]], figure_files: set[str]) -> str:
     rows = []
     for key, method in (("runs", "SPRINT"), ("baselines", "baseline")):
@@ -175,7 +188,7 @@ def _row(pv: ProblemView, page: str) -> str:
 
 def index_page(metrics: dict, views: list[list[ProblemView]], pages: dict[str, str], runs: Sequence[str],
                baseline: Sequence[str], out: Path) -> str:
-    """The site's front page: the evaluation's headline and figures, then one sortable table per run."""
+    """The site's front page: the evaluation's Table 2, headline and figures, then one sortable table per run."""
     figure_files = {p.stem for p in (out / "evaluation").glob("*.png")}
     head = "".join(f'<th data-key="{k}" data-type="{t}" title="{escape(title)}">{escape(h)}</th>'
                    for k, h, t, title in COLUMNS)
@@ -196,7 +209,7 @@ def index_page(metrics: dict, views: list[list[ProblemView]], pages: dict[str, s
                                                      if baseline else "")
     body = (f"<header><h1>SPRINT runs</h1><p class=\"sub\">{sources} · task {_e(metrics.get('task'))} · "
             f"tokens: {_e((metrics.get('tokenizers') or {}).get('planner'))}</p></header>"
-            + _headline(metrics, views, figure_files)
+            + _table2(metrics) + _headline(metrics, views, figure_files)
             + '<section><h2>Problems</h2><div class="controls"><input id="q" type="search" '
               'placeholder="filter rows (id, warning, …)" aria-label="filter rows">'
               '<select id="show" aria-label="show"><option value="all">all</option><option value="correct">correct'
