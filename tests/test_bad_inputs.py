@@ -205,8 +205,8 @@ def test_bad_input_gets_one_clear_error_line(case: Case, ctx: dict, capsys, capl
 
 
 def cli_env() -> dict[str, str]:
-    return {**os.environ, "SPRINT_LOCAL_DATA": str(shared_data_dir()), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-            "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, "SPRINT_LOCAL_DATA": str(shared_data_dir()), "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
 def run_subprocess(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:

@@ -103,8 +103,8 @@ def stage_command(stage: str, tmp_path: Path, out: Path, url: str) -> list[str]:
     if stage == "evaluate":
         if not (tmp_path / "run").exists():
             sprint_run(tmp_path / "run", 4)
-        return ["evaluate", str(tmp_path / "run"), "--planner-tokenizer", str(tokenizer_dir()), "--out", str(out), "--no-plots",
-                "--bootstrap", "0"]
+        return ["evaluate", str(tmp_path / "run"), "--planner-tokenizer", str(tokenizer_dir()), "--out", str(out),
+                "--no-plots", "--bootstrap", "0"]
     return ["orchestrate", "--planner-model", MODEL, "--planner-url", url, "--data", problems_file(tmp_path, 3),
             "--out-dir", str(out), "--prompt-mode", "raw", "--no-progress"]
 
@@ -115,7 +115,8 @@ def handler_for(stage: str):
 
 @pytest.mark.parametrize("stage", ["components", "pack", "evaluate", "orchestrate"])
 def test_a_read_only_output_folder_is_one_line(tmp_path: Path, stage: str, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str], scripted_server: ScriptedServer) -> None:
+                                               capsys: pytest.CaptureFixture[str],
+                                               scripted_server: ScriptedServer) -> None:
     disk = tmp_path / "disk"
     srv = scripted_server(handler_for(stage))
     with tmpfs(disk, "1m") as mounted:

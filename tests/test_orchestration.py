@@ -493,7 +493,7 @@ def test_baseline_makes_one_generation_per_problem(tmp_path: Path, scripted_serv
 
 
 def test_cli_orchestrate_runs_and_bad_server_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    with FakeServer(_by_prompt(SCRIPT)) as srv:  # stopped after this block: the second command finds nothing there
+    with FakeServer(_by_prompt(SCRIPT)) as srv:  # stopped after the block: the next command finds no server
         code = cli.main([
             "orchestrate", "--planner-model", "test-model", "--planner-url", srv.base_url,
             "--data", _data(tmp_path, ["What is 2+3?"]), "--out-dir", str(tmp_path / "cli"),

@@ -446,7 +446,9 @@ def test_a_folder_of_another_stage_is_refused(tmp_path: Path, capsys, scripted_s
 # completes everything
 
 
-def test_the_breaker_trips_after_n_connection_failures_in_a_row_and_an_answer_resets_it(scripted_server: ScriptedServer) -> None:
+def test_the_breaker_trips_after_n_connection_failures_in_a_row_and_an_answer_resets_it(
+    scripted_server: ScriptedServer
+) -> None:
     import openai
 
     from sprint.core.items import RUN_STOP, RunStop
@@ -495,8 +497,9 @@ def test_the_breaker_trips_after_n_connection_failures_in_a_row_and_an_answer_re
     assert client.stopped is None
 
 
-def test_components_against_a_server_that_dies_stop_in_seconds_and_the_rerun_completes(tmp_path: Path, capsys,
-                                                                                       scripted_server: ScriptedServer) -> None:
+def test_components_against_a_server_that_dies_stop_in_seconds_and_the_rerun_completes(
+    tmp_path: Path, capsys, scripted_server: ScriptedServer
+) -> None:
     import time
 
     rows = curation_rows(4)
