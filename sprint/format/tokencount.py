@@ -94,7 +94,7 @@ def fast_spec(spec: dict) -> tuple[dict[bytes, int], dict[str, int]] | None:
     Checked: the Qwen2 pre-tokenizer and NFC (`splits_at_lines` covers both), a plain byte-level
     BPE (no dropout, no byte fallback, no word prefixes/suffixes, merges not skipped), every merge
     producing a vocabulary token whose id grows with the merge's priority (tiktoken merges by
-    token id), and added tokens matched as written (not normalised, not single-word).
+    token id), and added tokens matched as written (not normalised, not single-word, none the start of another).
     """
     if not splits_at_lines(spec):
         return None
@@ -121,6 +121,11 @@ def fast_spec(spec: dict) -> tuple[dict[bytes, int], dict[str, int]] | None:
         if added.get("normalized") or added.get("single_word"):
             return None
         specials[added["content"]] = added["id"]
+    # tiktoken matches added tokens leftmost-first, `tokenizers` leftmost-longest: they differ only when
+    # one added token starts another (the mini tokenizer's " 1" and " 12"); sorted, such a pair is adjacent.
+    contents = sorted(specials)
+    if any(b.startswith(a) for a, b in zip(contents, contents[1:])):
+        return None
     return ranks, specials
 
 
@@ -211,7 +216,7 @@ def _tiktoken_encoding(name: str, ranks: dict[bytes, int], specials: dict[str, i
 
 # Reading tokenizer.json and checking it takes ~0.3 s; the checked vocabulary is kept in the user's
 # cache (keyed by the file's path, size and modification time), so the next evaluation starts at once.
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: no tokenizer whose added tokens overlap (see fast_spec) is cached any more
 
 
 def _cache_file(path: Path) -> Path | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sprint.core.errors import UserError
-from sprint.core.options import HelpFormatter, add_options, config_from, option
+from sprint.core.options import add_options, config_from, option
 from sprint.core.resources import RL_ENV, config_file, package_file
 from sprint.tasks.registry import task_names
 
@@ -217,19 +217,3 @@ def register(parser: argparse.ArgumentParser) -> None:
 def handle(args: argparse.Namespace) -> int:
     extra = list(args.rlhf_extra or [])
     return run(config_from(GRPOOptions, args), [], extra[1:] if extra[:1] == ["--"] else extra)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m sprint.rl.launch …`, the same as `sprint grpo …` (what run_grpo.sh runs)."""
-    parser = argparse.ArgumentParser(prog="python -m sprint.rl.launch", formatter_class=HelpFormatter)
-    register(parser)
-    args = parser.parse_args(argv)
-    try:
-        return handle(args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -214,11 +214,10 @@ class ReplayServer(HttpServer):
         elif method == "GET" and path in ("/health", "/replay/stats"):
             await self.send_json(writer, 200, self.stats().summary() if path == "/replay/stats" else {"status": "ok"})
         elif endpoint is None:
-            await self.send_error(
-                writer,
-                404,
-                f"no route {method} {path}; replay serves /v1/completions, /v1/chat/completions, /v1/models",
-            )
+            # a probe of a route we do not serve (e.g. a client asking whether this is a vllm-router,
+            # GET /list_workers) is answered 404 but is not a refused call: it is not counted in `errors`
+            message = f"no route {method} {path}; replay serves /v1/completions, /v1/chat/completions, /v1/models"
+            await self.send_json(writer, 404, wire.error_body(404, message))
         elif method != "POST":
             await self.send_error(writer, 405, f"{path} takes POST")
         else:

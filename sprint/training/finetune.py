@@ -1,4 +1,4 @@
-"""Fine-tuning with ms-swift: `sprint finetune` (what run_finetune.sh runs), also `python -m sprint.training.finetune`.
+"""Fine-tuning with ms-swift: `sprint finetune` (what run_finetune.sh runs).
 
 ms-swift lives in its own environment (.venv-swift; it pins transformers<5.20 and datasets<4.8.5),
 so this module never imports it: it builds the `swift sft` command line from a recipe in
@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import math
 import os
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ import yaml
 
 from sprint.core.data import missing_path_message
 from sprint.core.errors import UserError
-from sprint.core.options import HelpFormatter, add_options, config_from, flag_name, option
+from sprint.core.options import add_options, config_from, flag_name, option
 from sprint.core.resources import SWIFT_ENV, config_file
 from sprint.training.sft_check import check_sft
 
@@ -435,7 +433,7 @@ def options_from_args(args: argparse.Namespace) -> FinetuneOptions:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    """Every flag of `sprint finetune` / `python -m sprint.training.finetune`, from the two dataclasses."""
+    """Every flag of `sprint finetune`, from the two dataclasses."""
     parser.description = __doc__
     add_options(parser, FinetuneOptions)
     add_options(parser, FinetuneRun)
@@ -446,20 +444,3 @@ def handle(args: argparse.Namespace) -> int:
     how = config_from(FinetuneRun, args)
     return run_finetune(options_from_args(args), how.swift_bin, dry_run=how.dry_run, check_data=not how.skip_check,
                         validate=how.validate_args, tokenizer=how.tokenizer)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m sprint.training.finetune …`, the same as `sprint finetune …` (what run_finetune.sh runs)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m sprint.training.finetune", formatter_class=HelpFormatter)
-    register(parser)
-    args = parser.parse_args(argv)
-    try:
-        return handle(args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
