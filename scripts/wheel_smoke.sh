@@ -145,7 +145,7 @@ expect_user_error() {  # expect_user_error VARIABLE COMMAND...: exit 2 and a mes
   shift
   "$SPRINT" "$@" > err.log 2>&1 || code=$?
   [[ "$code" == 2 ]] && grep -q "$var" err.log || { cat err.log; fail "sprint $1: exit $code, want 2 naming $var"; }
-  echo "sprint $1: $(head -n 1 err.log)"
+  echo "sprint $1: $(grep -m 1 "error" err.log)"
 }
 expect_user_error VLLM_VENV serve fake-model --port 9
 expect_user_error SWIFT_VENV finetune --train pack/train.jsonl --output-dir ft --dry-run

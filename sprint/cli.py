@@ -41,6 +41,7 @@ COMMANDS: dict[str, Command] = {
     "time-replay": Command("sprint.timing.time_replay", "time recorded runs on a real engine with forced output lengths"),
     "fit-latency": Command("sprint.timing.latency_fit", "fit the replay latency model to time-replay measurements"),
     "grpo": Command("sprint.rl.launch", "latency-aware GRPO with ms-swift: SPRINT rollouts, shorter critical paths rewarded (in .venv-rl)"),
+    "mini-data": Command("sprint.mini.countdown", "generate the mini experiment's Countdown problems, R1-style search traces and teacher answers"),
     "mini-tokenizer": Command("sprint.mini.tokenizer", "learn the mini experiment's own small byte-level BPE tokenizer from a corpus (tags and numbers one token each)"),
     "mini-model": Command("sprint.mini.model", "write a random-init Qwen2 of given size for a tokenizer folder (safetensors, via a torch venv)"),
     "teacher-server": Command("sprint.mini.teacher", "serve stages 1-2 from given answers over the OpenAI API: a deterministic stand-in for GPT-4o"),

@@ -7,6 +7,10 @@ Three hand-made Countdown traces with their answers (components + DAG) go throug
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -220,6 +224,18 @@ def test_models_listing_and_refusals(traces: tuple[Path, Path, list[dict]]) -> N
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(request, timeout=10)
         assert err.value.code == 404 and "does not exist" in json.loads(err.value.read())["error"]["message"]
+        # streamed, as the client streams when it shows progress: the same answer, usage 0 without a tokenizer
+        question = traces[2][0]["question"]
+        body = {"model": DEFAULT_MODEL, "stream": True, "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": f"<Question>\n{question}\n</Question>\n\n<Component_1>"}]}
+        request = urllib.request.Request(srv.base_url + "/chat/completions", method="POST",
+                                         data=json.dumps(body).encode())
+        events = [line[6:] for line in urllib.request.urlopen(request, timeout=10).read().decode().splitlines()
+                  if line.startswith("data: ")]
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert events[-1] == "[DONE]" and chunks[-1]["usage"]["prompt_tokens"] == 0
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        assert text == "```python\n{1: [], 2: [], 3: [], 4: [1]}\n```"
 
 
 def test_find_answer_tells_stage_and_trace_apart(traces: tuple[Path, Path, list[dict]]) -> None:
@@ -249,3 +265,24 @@ def test_bad_answers_are_refused_at_load(tmp_path: Path) -> None:
                     + json.dumps({"id": "b", "question": "Q ", "components": comp, "dag": {"1": [], "2": [1]}}) + "\n")
     with pytest.raises(UserError, match="same question with different answers"):
         load_answers(path)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_the_command_says_it_is_a_stand_in(traces: tuple[Path, Path, list[dict]], tmp_path: Path,
+                                           stop: signal.Signals) -> None:
+    """`sprint teacher-server` prints its URL and what it is, serves, and stops cleanly on Ctrl-C or `kill`,
+    also when started like a script's background job (SIGINT ignored)."""
+    process = subprocess.Popen([sys.executable, "-m", "sprint", "teacher-server", str(traces[1]), "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        line = process.stdout.readline()
+        m = re.match(r"teacher server at (http://127\.0\.0\.1:\d+/v1) \(model standin-for-gpt-4o: a deterministic "
+                     r"stand-in for GPT-4o, answering stages 1-2 for 3 traces; usage 0: no --tokenizer given\)", line)
+        assert m, line + process.stderr.read() if process.poll() is not None else line
+        listing = json.loads(urllib.request.urlopen(m.group(1) + "/models", timeout=10).read())
+        assert listing["data"][0]["id"] == DEFAULT_MODEL
+    finally:
+        process.send_signal(stop)
+        out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0 and "stopped after answering {} (0 refused)" in out

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -31,7 +32,8 @@ from sprint.core.data import iter_jsonl
 from sprint.core.errors import UserError
 from sprint.core.options import add_options, config_from, option
 from sprint.curation.component_answer import AnswerError, parse_components
-from sprint.curation.dag import DagError, parse_dag_answer, validate_dag
+from sprint.curation.dag import DagError, parse_dag_answer, render_components, validate_dag
+from sprint.curation.trace_lines import number_lines
 from sprint.format import tags
 from sprint.timing import wire
 from sprint.timing.http_server import HttpServer, http_json
@@ -43,8 +45,10 @@ STAND_IN = "deterministic stand-in for GPT-4o"
 OWNER = "sprint-teacher"
 QUESTION_OPEN, QUESTION_CLOSE = tags.QUESTION + "\n", "\n" + tags.QUESTION_END  # as both stage prompts write it
 COMPONENTS, DAG = "components", "dag"
-# What follows the question block in each stage's prompt (sprint.curation.trace_lines / dag.render_components).
-STAGE_MARKERS = ((COMPONENTS, "<Line 1>"), (DAG, "<Component_1>"))
+# What follows the question block in each stage's prompt: the first numbered line, the first component block,
+# as the stages render them.
+STAGE_MARKERS = ((COMPONENTS, number_lines(["x"]).split(" x ")[0]),
+                 (DAG, render_components([{"number": 1}]).split("\n")[0]))
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_options(parser, TeacherConfig)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def handle(args: argparse.Namespace) -> int:
     config = config_from(TeacherConfig, args)
     server = TeacherServer(load_answers(config.answers), config)
@@ -272,8 +280,14 @@ def handle(args: argparse.Namespace) -> int:
             print(f"teacher server at {server.base_url} ({server.describe()}); Ctrl-C stops it", flush=True)
             await asyncio.Event().wait()
 
+    # `kill` stops it like Ctrl-C, and Ctrl-C works where a script started it in the background (SIGINT ignored)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         asyncio.run(serve())
     except KeyboardInterrupt:
-        print(f"stopped after answering {dict(server.answered)} ({server.refusals} refused)")
+        print(f"stopped after answering {dict(server.answered)} ({server.refusals} refused)", flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     return 0

@@ -234,6 +234,19 @@ class CountdownTask(TaskAdapter):
             raise LookupError(f"{exc} (or give nums,target for countdown)") from None
 
 
+@dataclass(frozen=True)
+class MiniCountdownTask(CountdownTask):
+    """The mini experiment's Countdown (`sprint mini-data`): the question as the generator wrote it,
+    in the word-level text its small tokenizer knows; graded by the same exact checker."""
+
+    name: str = "countdown-mini"
+    id_column: str | None = None  # the generator's `id`
+    required: tuple[str, ...] = ("question",)
+
+    def question(self, item: Item) -> str:
+        return item.question.strip()
+
+
 # --------------------------------------------------------------------------- the registry
 
 TaskFactory = Callable[[int], TaskAdapter]
@@ -243,6 +256,7 @@ TASKS: dict[str, TaskFactory] = {
     "math": lambda seed: MathTask(),
     "gpqa": lambda seed: GPQATask(seed=seed),
     "countdown": lambda seed: CountdownTask(),
+    "countdown-mini": lambda seed: MiniCountdownTask(),
 }
 
 

@@ -1,0 +1,250 @@
+"""The mini experiment's task: small Countdown problems with R1-style sequential search traces.
+
+A problem is three numbers and a target; an answer uses each number once with + - *. A trace is
+what a sequential reasoning model writes when it plans an exhaustive search: it states the plan
+(try each pair first, then the third number), tries every pair one after another (each pair is an
+independent subtask: the parallelism SPRINT should find), abandons the pairs that fail, checks the
+one that works, and answers in `\\boxed{}`. The text is deliberately regular and tokenised at word
+level (every word, number and symbol separated by one space) so that a model of about a million
+parameters can learn it in minutes on a CPU; each result line repeats the target, because a tiny
+model compares a number with the target far more reliably when the target is close by.
+
+Because the generator writes the trace, it also knows its components and their DAG: `teacher_answer`
+gives them in the JSON / parent-dictionary formats GPT-4o answers stages 1-2 with, for the
+deterministic stand-in teacher (`sprint teacher-server`). Every sentence is its own line, so the
+stage-1 line numbers are the generator's own (a test checks it against `trace_lines.split_lines`).
+
+Seeded and deterministic: the same options give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sprint.core.errors import UserError
+from sprint.core.files import write_jsonl
+from sprint.core.options import add_options, config_from, option
+
+OPS = ("+", "-", "*")  # subtraction always takes the smaller number from the larger: no negatives
+
+INTRO = "Okay , I need {t} from {a} {b} {c} , so let me try each pair first ."
+TRY = "Try {x} and {y} first , then {z} ."
+LEFT = "Then {z} is left , and I need {t} ."
+FOUND = "Yes , {expr} = {t} ."
+FAILED = "None of these is {t} , so this pair does not work ."
+CHECK = "Let me check {expr} = {t} , it is correct ."
+ANSWER = "The answer is \\boxed{{ {expr} }} ."
+QUESTION = "Use {a} {b} {c} to make {t} ."
+
+
+def apply(a: int, op: str, b: int) -> tuple[int, str]:
+    """(value, text) of `a op b`; a difference is written larger minus smaller."""
+    if op == "+":
+        return a + b, f"{a} + {b}"
+    if op == "*":
+        return a * b, f"{a} * {b}"
+    hi, lo = max(a, b), min(a, b)
+    return hi - lo, f"{hi} - {lo}"
+
+
+def branches(nums: tuple[int, int, int]) -> list[tuple[tuple[int, int], int]]:
+    """The three subtasks: a pair to combine first, and the number left for the second step."""
+    a, b, c = nums
+    return [((a, b), c), ((a, c), b), ((b, c), a)]
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One pair tried: its lines (TRY, LEFT, one line per first operation, the verdict) and the
+    expression it found (None: this pair does not reach the target)."""
+
+    lines: list[str]
+    expr: str | None
+
+
+def search(pair: tuple[int, int], rest: int, target: int) -> Branch:
+    """Try the pair with each operation, then each operation with the number left.
+
+    Every first operation gets its line, so a subtask is always six lines long (the packer keeps an
+    execution of that length as parallel work); within a line the results stop at the first hit,
+    marked `!` instead of `.`.
+    """
+    x, y = pair
+    lines = [TRY.format(x=x, y=y, z=rest), LEFT.format(z=rest, t=target)]
+    found: str | None = None
+    for op1 in OPS:
+        mid, first = apply(x, op1, y)
+        results: list[str] = []
+        hit = None
+        for op2 in OPS:
+            value, _ = apply(mid, op2, rest)
+            results.append(str(value))
+            if value == target:
+                hit = op2
+                break
+        lines.append(f"{first} = {mid} , for {target} : {' '.join(results)} {'!' if hit else '.'}")
+        if hit and found is None:
+            found = f"{rest} - ( {first} )" if hit == "-" and rest > mid else f"( {first} ) {hit} {rest}"
+    lines.append(FOUND.format(expr=found, t=target) if found else FAILED.format(t=target))
+    return Branch(lines, found)
+
+
+def solvable(nums: tuple[int, int, int], target: int) -> bool:
+    return any(search(pair, rest, target).expr for pair, rest in branches(nums))
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One problem's sequential trace, its answer, and what the generator knows about its structure."""
+
+    nums: tuple[int, int, int]
+    target: int
+    lines: list[str]  # the thought, one sentence per line
+    solution: str  # the sentence holding the boxed answer
+    expr: str
+    branch_spans: list[tuple[int, int]]  # 1-based inclusive line ranges of the three subtasks
+    winner: int  # index (0-2) of the subtask whose expression is the answer
+
+    @property
+    def question(self) -> str:
+        a, b, c = self.nums
+        return QUESTION.format(a=a, b=b, c=c, t=self.target)
+
+    @property
+    def thought(self) -> str:
+        return "\n".join(self.lines)
+
+
+def make_trace(nums: tuple[int, int, int], target: int) -> Trace:
+    a, b, c = nums
+    lines = [INTRO.format(t=target, a=a, b=b, c=c)]
+    spans: list[tuple[int, int]] = []
+    found: list[str | None] = []
+    for pair, rest in branches(nums):
+        branch = search(pair, rest, target)
+        spans.append((len(lines) + 1, len(lines) + len(branch.lines)))
+        lines += branch.lines
+        found.append(branch.expr)
+    winner = next((i for i, e in enumerate(found) if e), None)
+    if winner is None:
+        raise ValueError(f"{nums} cannot make {target}")
+    expr = found[winner] or ""
+    lines.append(CHECK.format(expr=expr, t=target))
+    return Trace(nums, target, lines, ANSWER.format(expr=expr), expr, spans, winner)
+
+
+def teacher_answer(trace: Trace) -> dict[str, Any]:
+    """Stages 1-2 as a careful teacher would answer them: the set-up (plan only), one component per
+    pair (its instruction as the prompt, its work as the execution), and the check (plan only),
+    which depends on the pair that found the answer. A subtask's first line is the instruction the
+    trace gave itself: it becomes the prompt, so no range holds it (stage 1 keeps such an answer
+    with its `no_plan` and `uncovered_lines` warnings, as it keeps GPT-4o's)."""
+    components: list[dict[str, Any]] = [
+        {"description": "Set up the search over pairs", "plan": "1-1", "prompt": "not found",
+         "execution": "not found", "comment": "not found"},
+    ]
+    for (pair, rest), (start, end) in zip(branches(trace.nums), trace.branch_spans):
+        components.append({
+            "description": f"Search the pair {pair[0]} and {pair[1]}", "plan": "not found",
+            "prompt": TRY.format(x=pair[0], y=pair[1], z=rest), "execution": f"{start + 1}-{end}", "comment": "not found",
+        })
+    last = len(trace.lines)
+    components.append({"description": "Check the expression found", "plan": f"{last}-{last}", "prompt": "not found",
+                       "execution": "not found", "comment": "not found"})
+    dag = {"1": [], "2": [1], "3": [1], "4": [1], "5": [2 + trace.winner]}
+    return {"components": components, "dag": dag}
+
+
+@dataclass(kw_only=True)
+class MiniDataConfig:
+    """`sprint mini-data`: problems, traces and teacher answers for the mini experiment."""
+
+    out: str = option(help="output folder (train_traces.jsonl, test.jsonl, teacher.jsonl, corpus.jsonl)",
+                      flags=("--out",), var="OUT_DIR")
+    low: int = option(1, "smallest number", var="LOW")
+    high: int = option(6, "largest number (1-6 keeps every value a model must add or multiply small)", var="HIGH")
+    n_test: int = option(200, "held-out problems, drawn like the training ones and never trained on", var="N_TEST")
+    n_train: int = option(0, "training traces (0: every other solvable problem)", var="N_TRAIN")
+    seed: int = option(0, "seed of the draw and the shuffle", var="SEED")
+
+
+def all_problems(low: int, high: int) -> list[tuple[tuple[int, int, int], int]]:
+    """Every (numbers, target) that some pair, operation and third number reach (targets >= 1)."""
+    found: set[tuple[tuple[int, int, int], int]] = set()
+    for nums in itertools.product(range(low, high + 1), repeat=3):
+        for (x, y), rest in branches(nums):  # type: ignore[arg-type]
+            for op1, op2 in itertools.product(OPS, OPS):
+                target, _ = apply(apply(x, op1, y)[0], op2, rest)
+                if target >= 1:
+                    found.add((nums, target))  # type: ignore[arg-type]
+    return sorted(found)
+
+
+def split_problems(cfg: MiniDataConfig) -> tuple[list, list]:
+    """Held-out problems drawn as a problem is made (numbers, then a random expression), so the
+    test set has the training set's mix of targets; training = the rest, shuffled."""
+    if not 1 <= cfg.low <= cfg.high <= 30:
+        raise UserError(f"numbers must satisfy 1 <= --low <= --high <= 30, got {cfg.low}..{cfg.high}")
+    pool = all_problems(cfg.low, cfg.high)
+    if cfg.n_test >= len(pool):
+        raise UserError(f"--n-test {cfg.n_test} leaves no training problems (there are {len(pool)} in all)")
+    rng = random.Random(cfg.seed)
+    test: list = []
+    seen: set = set()
+    while len(test) < cfg.n_test:
+        nums = tuple(rng.randint(cfg.low, cfg.high) for _ in range(3))
+        (x, y), rest = rng.choice(branches(nums))  # type: ignore[arg-type]
+        target, _ = apply(apply(x, rng.choice(OPS), y)[0], rng.choice(OPS), rest)
+        if target >= 1 and (nums, target) not in seen:
+            seen.add((nums, target))
+            test.append((nums, target))
+    train = [p for p in pool if p not in seen]
+    rng.shuffle(train)
+    return (train[: cfg.n_train] if cfg.n_train else train), test
+
+
+def write_mini_data(cfg: MiniDataConfig) -> dict[str, int]:
+    """Write the four files; returns their row counts."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    train, test = split_problems(cfg)
+    traces, answers, corpus = [], [], []
+    for i, (nums, target) in enumerate(train):
+        trace = make_trace(nums, target)
+        row_id = f"cd-{i:05d}"
+        traces.append({"id": row_id, "question": trace.question, "thought": trace.thought,
+                       "solution": trace.solution, "answer": trace.expr, "nums": list(nums), "target": target})
+        answers.append({"id": row_id, "question": trace.question, **teacher_answer(trace)})
+        corpus.append({"text": "\n".join([trace.question, trace.thought, trace.solution])})
+    held_out = [{"id": f"cd-test-{i:04d}", "index": i, "question": make_trace(n, t).question, "nums": list(n), "target": t}
+                for i, (n, t) in enumerate(test)]
+    counts = {
+        "train_traces.jsonl": write_jsonl(out / "train_traces.jsonl", traces),
+        "test.jsonl": write_jsonl(out / "test.jsonl", held_out),
+        "teacher.jsonl": write_jsonl(out / "teacher.jsonl", answers),
+        "corpus.jsonl": write_jsonl(out / "corpus.jsonl", corpus),
+    }
+    (out / "README.txt").write_text(
+        "Generated by `sprint mini-data` (" + json.dumps({k: getattr(cfg, k) for k in ("low", "high", "n_test", "n_train", "seed")})
+        + "). teacher.jsonl holds the generator's own components and DAG, answered by a deterministic "
+        "stand-in for GPT-4o (`sprint teacher-server`), not by GPT-4o.\n"
+    )
+    return counts
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    add_options(parser, MiniDataConfig)
+
+
+def handle(args: argparse.Namespace) -> int:
+    cfg = config_from(MiniDataConfig, args)
+    counts = write_mini_data(cfg)
+    print(", ".join(f"{name}: {n} rows" for name, n in counts.items()) + f" in {cfg.out}")
+    return 0

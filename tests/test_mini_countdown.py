@@ -1,0 +1,110 @@
+"""The mini experiment's task generator (`sprint mini-data`): deterministic problems and traces whose
+structure the stand-in teacher states, packed by the real stages into the intended trajectories."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sprint.core.data import iter_jsonl
+from sprint.curation.trace_lines import split_lines
+from sprint.format.trajectory import parse
+from sprint.mini.countdown import MiniDataConfig, all_problems, make_trace, teacher_answer, write_mini_data
+from sprint.tasks.registry import get_task, load_problems
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("mini") / "data"
+    write_mini_data(MiniDataConfig(out=str(out), n_test=50, seed=3))
+    return out
+
+
+def test_same_options_same_bytes(data: Path, tmp_path: Path) -> None:
+    write_mini_data(MiniDataConfig(out=str(tmp_path), n_test=50, seed=3))
+    for name in ("train_traces.jsonl", "test.jsonl", "teacher.jsonl", "corpus.jsonl"):
+        assert (tmp_path / name).read_bytes() == (data / name).read_bytes(), name
+
+
+def test_held_out_problems_are_never_trained_on(data: Path) -> None:
+    train = {(tuple(r["nums"]), r["target"]) for r in iter_jsonl(data / "train_traces.jsonl")}
+    test = [(tuple(r["nums"]), r["target"]) for r in iter_jsonl(data / "test.jsonl")]
+    assert len(test) == len(set(test)) == 50
+    assert not train & set(test)
+    assert len(train) + len(test) == len(all_problems(1, 6))  # every other solvable problem is trained on
+
+
+def test_every_trace_is_right_and_its_lines_are_stage_1s(data: Path) -> None:
+    task = get_task("countdown-mini")
+    rows = list(iter_jsonl(data / "train_traces.jsonl"))
+    for row in rows:
+        gold = {"nums": row["nums"], "target": row["target"]}
+        assert task.grade(task.extract(row["solution"]), gold), row["id"]
+        assert split_lines(row["thought"]) == row["thought"].split("\n"), row["id"]
+    problems = load_problems(task, str(data / "test.jsonl"))
+    assert [p.question for p in problems][:1] == [json.loads((data / "test.jsonl").read_text().splitlines()[0])["question"]]
+
+
+def test_a_trace_reads_as_a_planned_search() -> None:
+    trace = make_trace((2, 3, 4), 20)
+    assert trace.lines[0] == "Okay , I need 20 from 2 3 4 , so let me try each pair first ."
+    assert trace.lines[1:4] == ["Try 2 and 3 first , then 4 .", "Then 4 is left , and I need 20 .",
+                                "2 + 3 = 5 , for 20 : 9 1 20 !"]
+    assert trace.expr == "( 2 + 3 ) * 4" and trace.winner == 0
+    assert trace.solution == "The answer is \\boxed{ ( 2 + 3 ) * 4 } ."
+    # every pair is tried (the plan said so), each in six lines: a failed pair says so
+    assert [e - s + 1 for s, e in trace.branch_spans] == [6, 6, 6]
+    assert trace.lines[-1] == "Let me check ( 2 + 3 ) * 4 = 20 , it is correct ."
+    failed = make_trace((1, 1, 5), 10)
+    assert any(line.startswith("None of these is 10") for line in failed.lines)
+
+
+def test_teacher_answer_covers_the_structure() -> None:
+    trace = make_trace((5, 1, 2), 8)  # only the pair 5 and 1 reaches it: (5 - 1) * 2
+    answer = teacher_answer(trace)
+    comps = answer["components"]
+    assert [c["execution"] for c in comps] == ["not found", "3-7", "9-13", "15-19", "not found"]
+    assert comps[1]["prompt"] == trace.lines[1] and comps[4]["plan"] == f"{len(trace.lines)}-{len(trace.lines)}"
+    assert answer["dag"] == {"1": [], "2": [1], "3": [1], "4": [1], "5": [2 + trace.winner]}
+
+
+def test_stages_1_to_3_over_the_teacher_pack_three_parallel_pairs(data: Path, tmp_path: Path) -> None:
+    """The real stages against the real teacher server: every trace packs into two phases, the three
+    pairs as parallel prompts of phase 1, the check in phase 2 based on the pair that worked."""
+    sprint = [sys.executable, "-m", "sprint"]
+    rows = list(iter_jsonl(data / "train_traces.jsonl"))[:12]
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(line + "\n" for line in (data / "teacher.jsonl").read_text().splitlines()[:12]))
+    server = subprocess.Popen([*sprint, "teacher-server", str(answers), "--port", "0"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        first = server.stdout.readline() if server.stdout else ""
+        url = first.split(" at ", 1)[1].split()[0]
+        llm = ["--server-url", url, "--model", "standin-for-gpt-4o", "--no-progress"]
+        for stage, src, out in (("components", traces, tmp_path / "c"), ("dag", tmp_path / "c", tmp_path / "d")):
+            done = subprocess.run([*sprint, stage, "-i", str(src), "--out-dir", str(out), *llm], capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    packed = subprocess.run([*sprint, "pack", "-i", str(tmp_path / "d"), "--out-dir", str(tmp_path / "p")],
+                            capture_output=True, text=True)
+    assert packed.returncode == 0, packed.stderr
+    by_id = {r["id"]: r for r in rows}
+    records = list(iter_jsonl(tmp_path / "p" / "records.jsonl"))
+    assert len(records) == 12 and all(r["status"] == "ok" for r in records)
+    for rec in records:
+        traj = parse(rec["trajectory"])
+        assert [len(ph.prompts) for ph in traj.phases] == [3, 0]
+        trace = make_trace(tuple(by_id[rec["id"]]["nums"]), by_id[rec["id"]]["target"])
+        assert traj.phases[1].plan.startswith(f"Based on execution_1.{trace.winner + 1}:")
+        assert [traj.phases[0].execution(f"1.{k}").text.split("\n")[0] for k in (1, 2, 3)] == [
+            trace.lines[s] for s, _ in trace.branch_spans]  # each execution starts after its instruction line
+        assert trace.expr in (traj.final_answer or "")
+        assert set(rec["warnings"]) <= {"no_plan", "uncovered_lines"}
