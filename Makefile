@@ -39,6 +39,12 @@ wheel-smoke: install
 demo: install install-vllm install-swift
 	bash scripts/demo.sh
 
+# The paper's experiment in miniature (work in progress, issue 23): Countdown traces, the stand-in
+# teacher, pack, two models trained from one random init by swift sft (SPRINT and RFT), vLLM,
+# orchestrate/baseline on held-out problems, Table 2 (scripts/mini_demo.sh; outputs/mini).
+mini: install install-vllm install-swift
+	bash scripts/mini_demo.sh
+
 bench: install
 	for b in benchmarks/bench_*.py; do $(VENV)/bin/python $$b || exit 1; done
 

@@ -22,10 +22,13 @@ args=(--input "$DATA" --out-dir "$OUT_DIR")
 # per phase), MAX_PHASES (drop traces with more than MAX_PHASES-1 phases), TEST_FRAC (test split),
 # SEED (split seed), RANGE (START:END of the input records), SPLIT / SUBSET (hub datasets),
 # MAX_PROMPTS_PER_PLAN, AGENT_PROMPT (the system text of every example), COMMENTS (drop: as the released
-# training data, the default; observe: comments rendered as the paper describes).
-for var in PARALLELIZATION_THRESHOLD MAX_PHASES TEST_FRAC SEED RANGE COMMENTS SPLIT SUBSET MAX_PROMPTS_PER_PLAN AGENT_PROMPT; do
+# training data, the default; observe: comments rendered as the paper describes), EXECUTOR_ROWS
+# (none, the default: the released layout; barrier/stream/both: also train each executor's view).
+# SEQUENTIAL (1/true/yes/on): also write sequential_train.jsonl / sequential_test.jsonl (RFT data).
+for var in PARALLELIZATION_THRESHOLD MAX_PHASES TEST_FRAC SEED RANGE COMMENTS SPLIT SUBSET MAX_PROMPTS_PER_PLAN AGENT_PROMPT EXECUTOR_ROWS; do
   if [[ -n "${!var:-}" ]]; then args+=("--$(tr '[:upper:]_' '[:lower:]-' <<< "$var")=${!var}"); fi
 done
+if is_true SEQUENTIAL; then args+=(--sequential); fi
 if is_true PUSH_TO_HUB; then
   if [[ -z "$OUTPUT_HUB_PATH" ]]; then
     echo "error: PUSH_TO_HUB=$PUSH_TO_HUB needs OUTPUT_HUB_PATH (a hub dataset repo id)" >&2

@@ -1,4 +1,5 @@
-"""check-sft: row validation, token lengths as ms-swift encodes them, drop counts, the CLI."""
+"""check-sft: row validation, token lengths as ms-swift encodes them, drop counts, split assistant turns
+(executor rows: `"loss": false` on the context), the file schema `datasets` can load, the CLI."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import pytest
 
 from sprint.cli import main as cli_main
 from sprint.core.errors import UserError
+from sprint.training import sft_check
 from sprint.training.finetune import default_swift_bin, swift_python
 from sprint.training.sft_check import (
     check_sft,
+    join_turns,
     load_tokenizer,
     render_deepseek_r1,
     resolve_data,
+    schema_problem,
     validate_messages,
 )
 
@@ -26,6 +30,20 @@ def sft_row(question: str, body: str, **extra) -> dict:
         "messages": [
             {"role": "user", "content": f"Plan, then execute.\n\n<Question>\n{question}\n</Question>\n\n"},
             {"role": "assistant", "content": f"<think>\n<Plan_1>\n{body}\n</Plan_1>\n</think>"},
+        ],
+        **extra,
+    }
+
+
+def executor_row(question: str, execution: str = "E.", **extra) -> dict:
+    """A row in the layout of `pack --executor-rows`: the context untrained, then the execution."""
+    user, _ = sft_row(question, "x")["messages"]
+    return {
+        "messages": [
+            user,
+            {"role": "assistant", "content": "<think>\n<Plan_1>\nP.\n\n<prompt_1.1> Q </prompt_1.1>\n</Plan_1>\n\n"
+                                             "<Execution_1>\n<execution_1.1>\n", "loss": False},
+            {"role": "assistant", "content": f"{execution}\n</execution_1.1>", "loss": True},
         ],
         **extra,
     }
@@ -49,6 +67,39 @@ def test_validate_messages_accepts_training_layouts():
     assert len(validate_messages(with_system)) == 3
     two_rounds = {"messages": sft_row("a", "b")["messages"] + sft_row("c", "d")["messages"]}
     assert len(validate_messages(two_rounds)) == 4
+
+
+def test_split_assistant_turns_are_one_turn():
+    row = executor_row("1+1?")
+    assert validate_messages(row) == row["messages"]
+    turns = join_turns(row["messages"])
+    assert turns == [{"role": "user", "content": row["messages"][0]["content"]},
+                     {"role": "assistant", "content": row["messages"][1]["content"] + row["messages"][2]["content"]}]
+    two_rounds = {"messages": row["messages"] + executor_row("2+2?")["messages"]}
+    assert [t["role"] for t in join_turns(validate_messages(two_rounds))] == ["user", "assistant"] * 2
+    no_flag = {"messages": [*row["messages"][:2], {**row["messages"][2], "loss": None}]}
+    assert validate_messages(no_flag)  # no flag: ms-swift's default (assistant text trained)
+    as_numbers = {"messages": [row["messages"][0], {**row["messages"][1], "loss": 0}, {**row["messages"][2], "loss": 1}]}
+    assert validate_messages(as_numbers)
+
+
+ASSISTANT = {"role": "assistant", "content": "a"}
+
+
+@pytest.mark.parametrize(
+    "messages, reason",
+    [
+        ([{"role": "user", "content": "q"}, {**ASSISTANT, "loss": True}, {**ASSISTANT, "loss": False}], "target would not"),
+        ([{"role": "user", "content": "q", "loss": False}, ASSISTANT], "only assistant messages"),
+        ([{"role": "user", "content": "q"}, {**ASSISTANT, "loss": 0}], "target would not"),
+        ([{"role": "user", "content": "q"}, {**ASSISTANT, "loss": 2}, ASSISTANT], "true or false"),
+        ([{"role": "user", "content": "q"}, {**ASSISTANT, "loss": "no"}], "true or false"),
+        ([{"role": "user", "content": "q"}, {"role": "user", "content": "q"}, ASSISTANT], "roles"),
+    ],
+)
+def test_loss_flags_are_checked(messages, reason):
+    with pytest.raises(ValueError, match=reason):
+        validate_messages({"messages": messages})
 
 
 @pytest.mark.parametrize(
@@ -109,6 +160,39 @@ def test_check_reports_invalid_rows_with_line_numbers(tmp_path: Path, tok_dir: P
     assert report.train.errors[0].startswith("line 2:") and report.train.errors[1].startswith("line 3:")
     assert not report.ok
     assert "NOT OK" in report.format()
+
+
+def test_executor_rows_are_counted_and_measured_as_one_turn(tmp_path: Path, tok_dir: Path, tokenizer):
+    row = executor_row("1+1?", id="a#exec_1.1@stream")
+    whole = {"messages": join_turns(row["messages"])}  # the old layout: the view trained too
+    train = write_jsonl(tmp_path / "train.jsonl", [row, whole, sft_row("q", "b")])
+    report = check_sft(train, None, str(tok_dir), 4096)
+    split = report.train
+    assert (split.rows, split.invalid, split.no_think, split.executor_rows) == (3, 0, 0, 2)
+    assert (split.masked_rows, split.unmasked_executor_rows, split.load_error) == (1, 1, None)
+    assert split.lengths[0] == split.lengths[1]  # the same text: no end of turn between the two parts
+    assert split.lengths[0] == len(tokenizer(render_deepseek_r1(whole["messages"], tokenizer.bos_token,
+                                                                 tokenizer.eos_token), add_special_tokens=False)["input_ids"])
+    text = report.format()
+    assert "1 rows train only part of their assistant turn" in text
+    assert "warning: 1 executor-view rows train their context too" in text and report.ok
+
+
+def test_a_message_key_first_seen_after_the_first_chunk_fails_the_load(tmp_path: Path, tok_dir: Path, monkeypatch):
+    main = [sft_row(f"q{i}", "b" * 50) for i in range(20)]
+    executor = [executor_row(f"q{i}") for i in range(3)]
+    late = write_jsonl(tmp_path / "late.jsonl", main + executor)
+    early = write_jsonl(tmp_path / "early.jsonl", executor + main)
+    monkeypatch.setattr(sft_check, "DATASETS_CHUNK_BYTES", 1000)
+    assert "line 21: its messages have the key(s) loss" in (schema_problem(late) or "")
+    assert schema_problem(early) is None  # mixed keys in the first chunk: `datasets` stores messages as JSON
+    assert schema_problem(write_jsonl(tmp_path / "main.jsonl", main)) is None
+    monkeypatch.setattr(sft_check, "DATASETS_CHUNK_BYTES", 10 << 20)
+    assert schema_problem(late) is None  # all of it in the first chunk
+    monkeypatch.setattr(sft_check, "DATASETS_CHUNK_BYTES", 1000)
+    report = check_sft(late, None, str(tok_dir), 4096)
+    assert report.train.load_error and report.train.invalid == 0 and not report.ok
+    assert "cannot be loaded: line 21" in report.format()
 
 
 def test_everything_too_long_is_not_ok(tmp_path: Path, tok_dir: Path):
@@ -178,6 +262,7 @@ def test_lengths_equal_ms_swift_encoding(tmp_path: Path, request):
         sft_row("What is 2+3?", "Add.\n<prompt_1.1> 2+3 </prompt_1.1>\n</Plan_1>\n\n<Execution_1>\n5"),
         sft_row("Un problème: ∫x dx?", "Intègre.  Résultat: x²/2 + C\n\n\n"),
         {"messages": [{"role": "system", "content": "You plan."}, *sft_row("q", "b")["messages"]]},
+        executor_row("Un problème: 2+2?", "2 + 2 = 4 ."),
     ]
     data = write_jsonl(tmp_path / "train.jsonl", rows)
     result = subprocess.run([str(python), "-c", _ENCODE, str(tiny_model_dir), str(data)],
@@ -186,3 +271,32 @@ def test_lengths_equal_ms_swift_encoding(tmp_path: Path, request):
     swift_lengths = json.loads(result.stdout.strip().splitlines()[-1])
     ours = check_sft(data, None, str(tiny_model_dir), 100000).train.lengths
     assert ours == swift_lengths
+
+
+_DATASETS_LOAD = r"""
+import sys, datasets
+try:
+    datasets.load_dataset("json", data_files=sys.argv[1], split="train", cache_dir=sys.argv[2], chunksize=int(sys.argv[3]))
+    print("loads")
+except Exception as exc:
+    print("fails", repr(exc.__cause__ or exc)[:300].replace("\\n", " "))
+"""
+
+
+@pytest.mark.swift
+def test_schema_problem_is_what_datasets_does(tmp_path: Path, monkeypatch):
+    """The JSONL loader of ms-swift's venv (datasets, chunk size made small) fails exactly where check-sft says."""
+    python = swift_python(default_swift_bin())
+    if not python.exists():
+        pytest.skip(f"ms-swift venv missing ({python}); run scripts/install_swift.sh")
+    main = [sft_row(f"q{i}", "b" * 50) for i in range(40)]
+    executor = [executor_row(f"q{i}") for i in range(3)]
+    chunk = 2000
+    monkeypatch.setattr(sft_check, "DATASETS_CHUNK_BYTES", chunk)
+    for name, rows in (("late", main + executor), ("early", executor + main), ("few", main[:3] + executor)):
+        path = write_jsonl(tmp_path / f"{name}.jsonl", rows)
+        done = subprocess.run([str(python), "-c", _DATASETS_LOAD, str(path), str(tmp_path / f"cache-{name}"), str(chunk)],
+                              capture_output=True, text=True, timeout=300)
+        result = done.stdout.strip().splitlines()[-1]
+        assert result.startswith("fails" if schema_problem(path) else "loads"), (name, result, done.stderr[-2000:])
+        assert (name == "late") == result.startswith("fails"), (name, result)

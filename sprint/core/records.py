@@ -35,7 +35,8 @@ TRASH_PREFIX = ".sprint-trash-"  # where --overwrite moves the old outputs befor
 # What a stage run leaves in its folder; `--overwrite` clears exactly these (never other files a user
 # keeps there). The response cache goes too, unless it lives elsewhere (--cache-dir).
 OUTPUT_NAMES = ("manifest.json", "records.jsonl", "trajectories", "evaluation", "summary.json", "train.jsonl",
-                "test.jsonl", "llm_cache", "batch")  # "batch": batch-mode request/result files (sprint.curation.batch)
+                "test.jsonl", "llm_cache", "batch",  # "batch": batch-mode request/result files (sprint.curation.batch)
+                "sequential_train.jsonl", "sequential_test.jsonl")  # `pack --sequential`
 
 
 def _release_lock(fd: int, path: Path, inode: tuple[int, int]) -> None:

@@ -49,6 +49,8 @@ from sprint.curation.phases import (COMMENT_MODES, DEFAULT_AGENT_PROMPT, DEFAULT
                            DEFAULT_TEST_FRAC, DEFAULT_THRESHOLD, F_DAG, F_SOLUTION, F_STATUS, F_WARNINGS,
                            FINAL_ANSWER_HEADING, MAX_PROMPTS_PER_PLAN, MERGE_SPAN, PackedComponent, PackError,
                            build_trajectory, final_answer_from_solution, packed_components)
+from sprint.curation.sft_rows import (DEFAULT_EXECUTOR_ROWS, EXECUTOR_ROW_MODES, SEQUENTIAL_PREFIX, ExtraRows,
+                                     executor_schedules, format_extra_summary)
 from sprint.format.prompt_format import sft_user_content
 from sprint.core.records import RunDir
 from sprint.core.manifest import text_hash
@@ -240,6 +242,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"  kept traces carry stage-1 warnings: {kinds} (see `warnings` in the input records)")
     if summary.get("comments"):
         lines.append(f"  comments: {summary['comments']}")
+    lines.extend(format_extra_summary(summary))
     if summary["kept"] and not summary["test"] and summary.get("test_frac"):
         lines.append(f"  warning: the test set is empty ({summary['kept']} kept trace{'s' if summary['kept'] != 1 else ''}; "
                      "a split needs at least 2)")
@@ -295,7 +298,7 @@ class PackConfig:
                                        var="MAX_PROMPTS_PER_PLAN")
     test_frac: float = option(DEFAULT_TEST_FRAC, "test split fraction (a 90/10 split)", var="TEST_FRAC")
     seed: int = option(DEFAULT_SEED, "split seed", var="SEED")
-    agent_prompt: str = option(str(DEFAULT_AGENT_PROMPT), "agent prompt template (the system text of every example)",
+    agent_prompt: str = option(str(DEFAULT_AGENT_PROMPT), "agent prompt template (the system text of every example; none: no agent prompt)",
                                var="AGENT_PROMPT")
     range_spec: str | None = option(None, "rows to pack, e.g. 0:100 (default: all)", flags=("--range",),
                                     metavar="START:END", var="RANGE")
@@ -306,6 +309,14 @@ class PackConfig:
                            "drop: no comments, as in the authors' released training data (their parser never "
                            "captured one); observe: `Observation about execution_x.y:` lines and plan-only "
                            "comments, as the paper describes", choices=COMMENT_MODES, var="COMMENTS")
+    executor_rows: str = option(DEFAULT_EXECUTOR_ROWS,
+                                "also train each executor's view (train split only, ids `ID#exec_p.k@SCHEDULE`): "
+                                "per executed prompt one row continuing what `orchestrate` sends that executor "
+                                "under the barrier and/or stream schedule, the loss on its execution only; none: the released layout only",
+                                choices=EXECUTOR_ROW_MODES, var="EXECUTOR_ROWS")
+    sequential: bool = option(False, "also write sequential_train.jsonl / sequential_test.jsonl: the same kept "
+                              "traces and split in sequential form (thought, then the solution), the RFT baseline's data",
+                              var="SEQUENTIAL")
 
 
 def pack(input: str, out_dir: str | Path, **settings: Any) -> dict[str, Any]:
@@ -321,10 +332,13 @@ def pack_with(cfg: PackConfig) -> dict[str, Any]:
     """`pack` for a built config (the CLI's path)."""
     if cfg.max_phases < 2:
         raise UserError(f"max phases {cfg.max_phases} leaves no room for a trace; use at least 2 (default {DEFAULT_MAX_PHASES})")
-    prompt_path = Path(cfg.agent_prompt)
-    if not prompt_path.is_file():
-        raise UserError(f"agent prompt {prompt_path} does not exist; pass --agent-prompt PATH")
-    agent_prompt = prompt_path.read_text(encoding="utf-8")
+    prompt_path: Path | None = None
+    agent_prompt = ""  # `none`: no agent prompt, as `orchestrate --agent-prompt none` sends
+    if cfg.agent_prompt.strip().lower() != "none":
+        prompt_path = Path(cfg.agent_prompt)
+        if not prompt_path.is_file():
+            raise UserError(f"agent prompt {prompt_path} does not exist; pass --agent-prompt PATH (or none)")
+        agent_prompt = prompt_path.read_text(encoding="utf-8")
     split_ids([], cfg.test_frac, cfg.seed)  # a bad --test-frac fails now, before the folder is touched
     started = time.monotonic()
     source = PackInput.open(cfg)
@@ -340,10 +354,12 @@ def pack_with(cfg: PackConfig) -> dict[str, Any]:
         "max_prompts_per_plan": cfg.max_prompts_per_plan,
         "test_frac": cfg.test_frac,
         "seed": cfg.seed,
-        "agent_prompt": str(prompt_path),
+        "agent_prompt": str(prompt_path) if prompt_path else "none",
         "agent_prompt_hash": text_hash(agent_prompt),
         "merge_span": MERGE_SPAN,
         "comments": cfg.comments,
+        "executor_rows": cfg.executor_rows,
+        "sequential": cfg.sequential,
     }
     # every record is written anew, so the folder's old records are never read (60k traces: GBs)
     with RunDir(Path(cfg.out_dir), "pack", config, overwrite=cfg.overwrite, load_done=False) as run:
@@ -448,8 +464,10 @@ def _pack_into(run: RunDir, cfg: PackConfig, source: PackInput, agent_prompt: st
     record_ids: list[str] = []
     kept_ids: list[str] = []
     records_part, kept_part = run.path / _RECORDS_PART, run.path / _KEPT_PART
+    extras = ExtraRows(run.path, agent_prompt, executor_schedules(cfg.executor_rows), cfg.sequential,
+                       cfg.max_prompts_per_plan)
     try:
-        with open(records_part, "w", encoding="utf-8") as rec_f, open(kept_part, "w", encoding="utf-8") as kept_f:
+        with open(records_part, "w", encoding="utf-8") as rec_f, open(kept_part, "w", encoding="utf-8") as kept_f, extras:
             for it in source:
                 r = pack_record(it.id, it.question, it.row, settings)
                 rec_f.write(json.dumps(r.record(), ensure_ascii=False) + "\n")
@@ -457,20 +475,26 @@ def _pack_into(run: RunDir, cfg: PackConfig, source: PackInput, agent_prompt: st
                 if r.status == "ok":
                     kept_f.write(json.dumps(sft_example(agent_prompt, r.id, r.trajectory, r.body), ensure_ascii=False) + "\n")
                     kept_ids.append(r.id)
+                    extras.add(r.id, r.trajectory, it.thought, it.solution)
                 r.trajectory = r.body = None
                 results.append(r)
         source.check()
         train_ids, test_ids = split_ids(kept_ids, cfg.test_frac, cfg.seed)
-        n_train, n_test = _write_split(run.path, kept_part, kept_ids, test_ids)
+        n_train, n_test, n_exec = _write_split(run.path, kept_part, kept_ids, test_ids,
+                                               train_extra=(extras.executor_part, extras.executor_ids))
+        n_seq = (_write_split(run.path, extras.sequential_part, extras.sequential_ids, test_ids, SEQUENTIAL_PREFIX)
+                 if cfg.sequential else (0, 0, 0))
         split_of = {i: "test" for i in test_ids}
         split_of.update((i, "train") for i in train_ids)
         _write_records(run.records_path, records_part, record_ids, split_of)
     finally:
         for part in (records_part, kept_part):
             part.unlink(missing_ok=True)
+        extras.remove_parts()
     run.done = {r.id: {"status": r.status} for r in results}  # what the manifest counts
     summary = _summary(results, n_train, n_test)
     summary.update(comments=cfg.comments, test_frac=cfg.test_frac)
+    summary.update(extras.summary(cfg.executor_rows, n_exec, n_seq[0], n_seq[1]))
     summary["seconds"] = round(time.monotonic() - started, 2)
     atomic_write(run.path / "summary.json", json.dumps(summary, indent=2) + "\n")
     pushed = None
@@ -481,21 +505,38 @@ def _pack_into(run: RunDir, cfg: PackConfig, source: PackInput, agent_prompt: st
         inputs={"source": cfg.data, "rows": source.items,
                 "fingerprint": input_fingerprint(cfg.data, source.loaded or [])},
         prompts={"agent": agent_prompt},
-        extra={"summary": summary, "files": ["records.jsonl", "train.jsonl", "test.jsonl", "summary.json"],
+        extra={"summary": summary, "files": ["records.jsonl", "train.jsonl", "test.jsonl", "summary.json"]
+               + ([f"{SEQUENTIAL_PREFIX}train.jsonl", f"{SEQUENTIAL_PREFIX}test.jsonl"] if cfg.sequential else []),
                "pushed_to_hub": pushed},
     )
     print(format_summary(summary))
-    print(f"wrote {run.path}/train.jsonl ({n_train}), test.jsonl ({n_test}), records.jsonl, summary.json")
+    more = f" + {n_exec} executor rows" if n_exec else ""
+    seq = f", {SEQUENTIAL_PREFIX}train.jsonl ({n_seq[0]}), {SEQUENTIAL_PREFIX}test.jsonl ({n_seq[1]})" if cfg.sequential else ""
+    print(f"wrote {run.path}/train.jsonl ({n_train}{more}), test.jsonl ({n_test}){seq}, records.jsonl, summary.json")
     if pushed:
         print(f"pushed train/test to the hub as {pushed}")
     return summary
 
 
-def _write_split(folder: Path, kept_part: Path, kept_ids: list[str], test_ids: set[str]) -> tuple[int, int]:
-    """train.jsonl and test.jsonl from the kept rows (line i is kept_ids[i]), in input order."""
-    n_train = n_test = 0
-    train_tmp, test_tmp = folder / "train.jsonl.tmp", folder / "test.jsonl.tmp"
+def _write_split(folder: Path, kept_part: Path, kept_ids: list[str], test_ids: set[str], prefix: str = "",
+                 train_extra: tuple[Path, list[str]] | None = None) -> tuple[int, int, int]:
+    """PREFIXtrain.jsonl and PREFIXtest.jsonl from the kept rows (line i is kept_ids[i]), in input order;
+    train starts with the `train_extra` rows (line i of its file belongs to trace ids[i]) of its traces.
+    Returns the train, test and extra row counts.
+
+    Extra rows first: executor rows carry a `loss` key on their messages, the main rows none, and
+    `datasets` (which ms-swift loads JSONL with) settles a file's schema on its first 10 MB; a key
+    first seen after that fails the load (`Couldn't cast array of type struct<role, content, loss>`)."""
+    n_train = n_test = n_extra = 0
+    train_tmp, test_tmp = folder / f"{prefix}train.jsonl.tmp", folder / f"{prefix}test.jsonl.tmp"
     with open(kept_part, "rb") as src, open(train_tmp, "wb") as train_f, open(test_tmp, "wb") as test_f:
+        if train_extra is not None:
+            extra_part, extra_ids = train_extra
+            with open(extra_part, "rb") as extra:
+                for item_id, line in zip(extra_ids, extra):
+                    if item_id not in test_ids:
+                        train_f.write(line)
+                        n_extra += 1
         for item_id, line in zip(kept_ids, src):
             if item_id in test_ids:
                 test_f.write(line)
@@ -503,9 +544,9 @@ def _write_split(folder: Path, kept_part: Path, kept_ids: list[str], test_ids: s
             else:
                 train_f.write(line)
                 n_train += 1
-    os.replace(train_tmp, folder / "train.jsonl")
-    os.replace(test_tmp, folder / "test.jsonl")
-    return n_train, n_test
+    os.replace(train_tmp, folder / f"{prefix}train.jsonl")
+    os.replace(test_tmp, folder / f"{prefix}test.jsonl")
+    return n_train, n_test, n_extra
 
 
 def _write_records(path: Path, records_part: Path, record_ids: list[str], split_of: dict[str, str]) -> None:

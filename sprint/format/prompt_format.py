@@ -33,8 +33,10 @@ CONTINUE_EXTRA = (("add_generation_prompt", False), ("continue_final_message", T
 
 
 def sft_user_content(agent_prompt: str, question: str) -> str:
-    """The user turn of training (and of inference): agent prompt, then the question block."""
-    return agent_prompt.rstrip() + "\n\n" + render_question(question) + "\n\n"
+    """The user turn of training (and of inference): agent prompt, then the question block. With no
+    agent prompt (`--agent-prompt none`) the turn starts at the question, as `PromptFormat` sends it."""
+    head = agent_prompt.rstrip() + "\n\n" if agent_prompt.strip() else ""
+    return head + render_question(question) + "\n\n"
 
 
 def load_agent_prompt(path: str | Path | None = None) -> str:
@@ -110,8 +112,6 @@ class PromptFormat:
 
     def user_turn(self, question: str) -> str:
         """The user message the model was fine-tuned on (packing renders the same one)."""
-        if not self.agent_prompt:
-            return render_question(question) + "\n\n"
         return sft_user_content(self.agent_prompt, question)
 
     def head(self, question: str) -> str:

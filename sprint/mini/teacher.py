@@ -201,9 +201,12 @@ class TeacherServer(HttpServer):
             await self.send_error(writer, 405, f"{path} takes POST")
         else:
             try:
-                await self._complete(json.loads(body or b"{}"), endpoint, writer)
+                request = json.loads(body or b"{}")
             except ValueError:
                 await self.send_error(writer, 400, "the request body is not JSON")
+                return True
+            try:
+                await self._complete(request, endpoint, writer)
             except ReplayRequestError as exc:
                 await self.send_error(writer, exc.status, exc.message)
         return True

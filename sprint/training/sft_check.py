@@ -6,6 +6,12 @@ train.jsonl / test.jsonl that packing writes and reports, per split: rows, rows 
 empty content (errors), token lengths as ms-swift's `deepseek_r1` template will encode them, how
 many rows `--max_length` would drop (ms-swift's default `--truncation_strategy delete`), and how
 many test questions also appear in train. It runs in the pipeline's .venv (tokenizer only, no torch).
+
+An assistant turn may be split into consecutive assistant messages, each with its own `"loss"`
+flag (executor rows: the context with `"loss": false`, then the execution): ms-swift 4.6 joins
+them into one response with nothing between and masks each part by its flag, so the check joins
+them too. Such a flag must come early enough in the file for `datasets` to load it (see
+`schema_problem`).
 """
 
 from __future__ import annotations
@@ -20,12 +26,15 @@ from typing import Any
 from sprint.core.errors import UserError
 from sprint.core.options import add_options, config_from, option
 from sprint.core.files import atomic_write
-from sprint.format.tags import THINK, THINK_END
+from sprint.format.tags import THINK, THINK_END, last_tag
 from sprint.format.trajectory import load_tokenizer as _load_tokenizer
 
 DEFAULT_MAX_LENGTH = 7168  # the authors' ms-swift run; sprint/configs/finetune_*.yaml use the same
 DEFAULT_TEMPLATE = "deepseek_r1"
 MAX_LISTED_ERRORS = 10
+# `datasets` (ms-swift's JSONL loader) reads a file in chunks of this many bytes (JsonConfig.chunksize)
+# and settles its schema on the first one.
+DATASETS_CHUNK_BYTES = 10 << 20
 
 # ms-swift 4.6's `deepseek_r1` template (DeepseekV2_5TemplateMeta): BOS + system, then
 # `<｜User｜>{query}<｜Assistant｜>`, the response, and EOS after it. Every boundary is a special
@@ -43,7 +52,12 @@ class SplitReport:
     rows: int = 0
     invalid: int = 0  # unreadable JSON, bad roles, empty content: ms-swift would crash or train on junk
     too_long: int = 0  # valid rows longer than max_length: dropped by ms-swift
-    no_think: int = 0  # valid rows whose answer is not wrapped in <think> … </think> (not SPRINT's format)
+    no_think: int = 0  # valid rows in none of the layouts of `answer_layout` (not SPRINT's format)
+    executor_rows: int = 0  # `<think>` … `</execution_p.k>`: executor-view rows (`pack --executor-rows`)
+    sequential_rows: int = 0  # `<think>` … `</think>` + solution: sequential rows (`pack --sequential`)
+    masked_rows: int = 0  # valid rows with a part of the assistant turn not trained (`"loss": false`)
+    unmasked_executor_rows: int = 0  # executor-view rows that train their whole context (the planner too)
+    load_error: str | None = None  # why `datasets` cannot load the file (ms-swift would fail before step 1)
     lengths: list[int] = field(default_factory=list, repr=False)  # token length of each valid row
     errors: list[str] = field(default_factory=list)  # the first MAX_LISTED_ERRORS problems, with line numbers
 
@@ -78,9 +92,10 @@ class SftCheckReport:
 
     @property
     def ok(self) -> bool:
-        """Fit to train on: no broken rows, something left to train on, and to evaluate on if given."""
+        """Fit to train on: no broken rows, a file ms-swift can load, something left to train on, and
+        to evaluate on if given."""
         splits = [self.train] + ([self.test] if self.test else [])
-        return all(s.invalid == 0 and s.kept > 0 for s in splits)
+        return all(s.invalid == 0 and s.load_error is None and s.kept > 0 for s in splits)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -106,6 +121,17 @@ class SftCheckReport:
                 f"{split.kept} kept"
             )
             lines.append(f"    tokens per row: {lengths}")
+            if split.executor_rows or split.sequential_rows:
+                lines.append(f"    {split.executor_rows} executor-view rows (ending at </execution_p.k>), "
+                             f"{split.sequential_rows} sequential rows (<think> … </think> then the solution)")
+            if split.masked_rows:
+                lines.append(f"    {split.masked_rows} rows train only part of their assistant turn "
+                             "(\"loss\": false on the context)")
+            if split.unmasked_executor_rows:
+                lines.append(f"    warning: {split.unmasked_executor_rows} executor-view rows train their context too, "
+                             "teaching the planner the cut plans of their view; pack them again")
+            if split.load_error:
+                lines.append(f"    cannot be loaded: {split.load_error}")
             if split.no_think:
                 lines.append(f"    {split.no_think} assistant turns are not wrapped in <think> … </think>")
             lines.extend(f"    {e}" for e in split.errors)
@@ -117,11 +143,13 @@ class SftCheckReport:
         return "\n".join(lines)
 
 
-def validate_messages(row: Any) -> list[dict[str, str]]:
+def validate_messages(row: Any) -> list[dict[str, Any]]:
     """The row's messages if ms-swift can train on them, else ValueError saying why.
 
     Accepted: an optional system turn, then user/assistant turns alternating, ending with an
-    assistant turn (the training target); every content a non-empty string.
+    assistant turn (the training target); every content a non-empty string. An assistant turn may
+    be several consecutive assistant messages; a `"loss"` flag (true/false, or 1/0) on an assistant message
+    says whether that part is trained, and the row's last message must be trained.
     """
     if not isinstance(row, dict):
         raise ValueError("row is not a JSON object")
@@ -136,7 +164,12 @@ def validate_messages(row: Any) -> list[dict[str, str]]:
             raise ValueError(f"message {i} ({msg['role']}) content is not a string")
         if not content.strip():
             raise ValueError(f"message {i} ({msg['role']}) has empty content")
-    roles = [m["role"] for m in messages]
+        if msg.get("loss") is not None and (msg["role"] != "assistant" or msg["loss"] not in (True, False)):
+            raise ValueError(f"message {i} ({msg['role']}) has \"loss\": {msg['loss']!r}; "
+                             "only assistant messages take a loss flag, true or false")
+    if _untrained(messages[-1]):
+        raise ValueError("the last message has \"loss\": false: the row's target would not be trained")
+    roles = [m["role"] for m in join_turns(messages)]
     body = roles[1:] if roles[0] == "system" else roles
     expected = ["user", "assistant"] * (len(body) // 2 + 1)
     if not body or body != expected[: len(body)] or body[-1] != "assistant":
@@ -144,8 +177,87 @@ def validate_messages(row: Any) -> list[dict[str, str]]:
     return messages
 
 
+def join_turns(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The turns the model sees: consecutive assistant messages joined with nothing between (as
+    ms-swift 4.6's `Template._swift_prepare_inputs` joins them), each turn only a role and a content."""
+    turns: list[dict[str, str]] = []
+    for msg in messages:
+        if turns and msg["role"] == turns[-1]["role"] == "assistant":
+            turns[-1]["content"] += msg["content"]
+        else:
+            turns.append({"role": msg["role"], "content": msg["content"]})
+    return turns
+
+
+def masked(messages: list[dict[str, Any]]) -> bool:
+    """Whether part of the row's assistant text is not trained (`"loss": false`)."""
+    return any(_untrained(m) for m in messages)
+
+
+def _untrained(message: dict[str, Any]) -> bool:
+    """`"loss": false` (or 0, which ms-swift reads the same way)."""
+    return message.get("loss") is not None and not message["loss"]
+
+
+def _message_keys(line: str) -> set[frozenset[str]] | None:
+    """The key sets of a JSONL line's messages (None: not a row with a messages list)."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    messages = row.get("messages") if isinstance(row, dict) else None
+    if not isinstance(messages, list):
+        return None
+    return {frozenset(m) for m in messages if isinstance(m, dict)}
+
+
+def schema_problem(path: Path) -> str | None:
+    """Why `datasets` cannot load this JSONL file, if it is the key sets of its messages, else None.
+
+    `datasets` reads a JSONL file in chunks of DATASETS_CHUNK_BYTES. When the messages of the first
+    chunk do not all have the same keys it stores them as JSON and any later message loads; when
+    they do, their keys become the schema, and a message with another key in a later chunk fails the
+    whole load ("Couldn't cast array of type struct<role, content, loss>"; checked with ms-swift 4.6's
+    datasets 4.8). `pack` writes its executor rows (`"loss"` flags) first for this reason.
+    """
+    first: set[frozenset[str]] = set()
+    read = 0
+    in_first = True
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            keys = _message_keys(raw.decode("utf-8", errors="replace"))
+            if in_first:
+                first |= keys or set()
+                read += len(raw)
+                # the chunk: DATASETS_CHUNK_BYTES, then up to the next line end (one more line if it ends on one)
+                in_first = read <= DATASETS_CHUNK_BYTES
+                continue
+            if len(first) != 1:
+                return None  # mixed (or no) messages in the first chunk: stored as JSON, anything loads
+            extra = sorted(set().union(*(keys or set())) - next(iter(first)))
+            if extra:
+                return (f"line {lineno}: its messages have the key(s) {', '.join(extra)}, which no "
+                        f"message of the first {DATASETS_CHUNK_BYTES >> 20} MB has: `datasets` fixes the schema "
+                        "there and fails on this line; put the rows with these keys first (as pack does)")
+    return None
+
+
+def answer_layout(answer: str) -> str | None:
+    """The SFT layout of an assistant turn: "trajectory" (`<think>` … `</think>`), "executor" (`<think>` …
+    `</execution_p.k>`, an executor's view), "sequential" (`<think>` … `</think>`, then the solution), else None."""
+    if not answer.startswith(THINK):
+        return None
+    if answer.endswith(THINK_END):
+        return "trajectory"
+    last = last_tag(answer)
+    if last is not None and last.closing and last.name == "execution" and answer.endswith(last.text):
+        return "executor"
+    return "sequential" if THINK_END in answer else None
+
+
 def render_deepseek_r1(messages: list[dict[str, str]], bos: str, eos: str) -> str:
-    """The text ms-swift's deepseek_r1 template trains on (every turn kept, as in single-turn SFT)."""
+    """The text ms-swift's deepseek_r1 template trains on (every turn kept, as in single-turn SFT);
+    `messages` are turns (`join_turns`)."""
     parts = [bos]
     for msg in messages:
         if msg["role"] == "system":
@@ -180,10 +292,15 @@ def check_split(path: Path, name: str, tokenizer: Any, max_length: int, template
                 if len(report.errors) < MAX_LISTED_ERRORS:
                     report.errors.append(f"line {lineno}: {exc}")
                 continue
-            answer = messages[-1]["content"].strip()
-            if not (answer.startswith(THINK) and answer.endswith(THINK_END)):
-                report.no_think += 1
-            texts.append(_render(messages, tokenizer, template))
+            turns = join_turns(messages)
+            layout = answer_layout(turns[-1]["content"].strip())
+            report.no_think += layout is None
+            report.executor_rows += layout == "executor"
+            report.sequential_rows += layout == "sequential"
+            report.masked_rows += masked(messages)
+            report.unmasked_executor_rows += layout == "executor" and not masked(messages)
+            texts.append(_render(turns, tokenizer, template))
+    report.load_error = schema_problem(path)
     if texts:
         encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
         report.lengths = [len(ids) for ids in encoded]

@@ -1,0 +1,81 @@
+"""The mini experiment's closing summary (`make demo`): Table 2 and what the SPRINT model learned.
+
+Reads OUT/evaluation/table2.json (written by `sprint evaluate`) and the runs' records; prints the
+table, then the learned behaviour on the held-out problems (well-formed trajectories, phases with
+parallel prompts) and the paper's claims as ratios from this one run. It reports; the thresholds
+of issue 23 are printed beside the figures, never assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from sprint.core.data import iter_jsonl
+from sprint.format.trajectory import TrajectoryError, parse
+
+
+def behaviour(run: Path) -> dict[str, float]:
+    """Share of problems whose trajectory parses strictly, and of those with a phase of >= 2 prompts."""
+    rows = list(iter_jsonl(run / "records.jsonl"))
+    formed = parallel = prompts = 0
+    for row in rows:
+        try:
+            traj = parse(row.get("trajectory") or "", strict=True)
+        except TrajectoryError:
+            continue
+        if traj.final_answer is None:
+            continue
+        formed += 1
+        counts = [len(ph.prompts) for ph in traj.phases]
+        prompts += sum(counts)
+        parallel += any(c >= 2 for c in counts)
+    n = len(rows) or 1
+    return {"problems": len(rows), "well_formed": formed / n, "parallel": parallel / max(formed, 1),
+            "prompts_per_problem": prompts / max(formed, 1)}
+
+
+def cell(measure: dict | None, fmt: str) -> str:
+    if not measure or measure.get("value") is None:
+        return "–"
+    ci = measure.get("ci")
+    text = format(measure["value"], fmt)
+    return f"{text} [{format(ci[0], fmt)}, {format(ci[1], fmt)}]" if ci else text
+
+
+def main(out: str) -> int:
+    root = Path(out)
+    table = json.loads((root / "evaluation" / "table2.json").read_text())
+    rows = {r["method"]: r for r in table["rows"]}
+    print("Table 2, in miniature (held-out Countdown problems; mean [95% CI])")
+    print(f"{'method':<16} {'accuracy':<22} {'sequential tokens':<24} {'total tokens':<24} {'seconds/problem':<20}")
+    for name, r in rows.items():
+        acc = dict(r["accuracy"], value=r["accuracy"]["value"] * 100,
+                   ci=[c * 100 for c in r["accuracy"]["ci"]] if r["accuracy"].get("ci") else None)
+        print(f"{name:<16} {cell(acc, '.1f') + ' %':<22} {cell(r['sequential_tokens'], '.1f'):<24} "
+              f"{cell(r['total_tokens'], '.1f'):<24} {cell(r['seconds_per_problem'], '.2f'):<20}")
+    rft = rows.get("RFT")
+    for name in ("SPRINT barrier", "SPRINT stream"):
+        run = root / "runs" / ("sprint-" + name.split()[-1])
+        if not (run / "records.jsonl").exists():
+            continue
+        b = behaviour(run)
+        print(f"\n{name}: {b['well_formed']:.1%} well-formed (target >= 95%), {b['parallel']:.1%} of them with a phase "
+              f"of >= 2 parallel prompts (target >= 80%), {b['prompts_per_problem']:.2f} prompts per problem")
+        if rft and name in rows:
+            r = rows[name]
+            diff = (r["accuracy"]["value"] - rft["accuracy"]["value"]) * 100
+            ratio = r["sequential_tokens"]["value"] / rft["sequential_tokens"]["value"]
+            secs = r["seconds_per_problem"]["value"], rft["seconds_per_problem"]["value"]
+            speed = f"{secs[0] / secs[1]:.2f}" if None not in secs else "–"
+            print(f"  accuracy {diff:+.1f} points vs RFT (target >= -5; RFT {rft['accuracy']['value']:.1%}, target >= 60%); "
+                  f"sequential tokens {ratio:.2f} x RFT's (target <= 0.6); seconds per problem {speed} x RFT's (target < 1)")
+    print(f"\nreport: {root / 'evaluation' / 'report.md'}  table: {root / 'evaluation' / 'table2.json'}  "
+          f"viewer: {root / 'view' / 'index.html'}")
+    print(f"tokenizer: {root / 'tokenizer'}  checkpoints: {root / 'sprint-model'}, {root / 'rft-model'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "outputs/mini"))
