@@ -71,7 +71,7 @@ train() {  # train NAME TRAIN_FILE
     TUNER=full NPROC_PER_NODE=1 MAX_STEPS="$MAX_STEPS" SAVE_STEPS="$MAX_STEPS" TOKENIZER="$OUT/tokenizer" \
     bash run_finetune.sh
   rm -rf "$OUT/$name-model"
-  cp -rL "$(readlink -f "$OUT/$name-train/last")" "$OUT/$name-model"
+  cp -r "$OUT/$name-train/checkpoint-$MAX_STEPS" "$OUT/$name-model"
 }
 step "4b. swift sft: SPRINT on the packed rows"
 train sprint "$OUT/sft/train.jsonl"
