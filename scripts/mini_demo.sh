@@ -23,7 +23,7 @@ PY="${PYTHON:-.venv/bin/python}"
 SPRINT_BIN="${SPRINT_BIN:-.venv/bin/sprint}"
 N_TEST="${N_TEST:-200}"                  # held-out problems (the issue asks for >= 200)
 MAX_STEPS="${MAX_STEPS:-600}"            # SFT steps of each model (batch 16)
-EXECUTOR_ROWS="${EXECUTOR_ROWS:-both}"   # executor-view rows in the SPRINT data (none: the released layout only)
+EXECUTOR_ROWS="${EXECUTOR_ROWS:-barrier}" # executor-view rows (none: the released layout; both: stream views too, not yet measured)
 PROBLEM_WORKERS="${PROBLEM_WORKERS:-16}" # problems in flight, the same for every method
 PORT="${PORT:-8827}"
 HIDDEN="${HIDDEN:-128}"
