@@ -95,10 +95,6 @@ def search(pair: tuple[int, int], rest: int, target: int) -> Branch:
     return Branch(lines, found)
 
 
-def solvable(nums: tuple[int, int, int], target: int) -> bool:
-    return any(search(pair, rest, target).expr for pair, rest in branches(nums))
-
-
 @dataclass(frozen=True)
 class Trace:
     """One problem's sequential trace, its answer, and what the generator knows about its structure."""
