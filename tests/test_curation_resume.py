@@ -18,6 +18,7 @@ import pytest
 from tests.fake_server import FakeServer, Reply, ScriptedServer
 from tests.test_components import by_question, good_answer, load_traces, question_in, records_of, run_stage1, write_jsonl
 
+from sprint.core.errors import UserError
 from sprint.curation.components import separate_components
 from sprint.curation.dag import create_dag
 
@@ -121,3 +122,26 @@ def test_killed_stage_resumes_without_redoing_or_duplicating(tmp_path: Path, sta
     assert manifest["counts"] == {"ok": len(rows)}
     ds = datasets.load_dataset("json", data_files=str(records), split="train")
     assert sorted(ds["id"]) == sorted(by_id)
+
+
+def test_a_rerun_on_changed_rows_is_refused_and_loses_nothing(tmp_path: Path, scripted_server: ScriptedServer):
+    """Regenerated data under the same ids (the mini demo's traces after a format change) must not
+    pass the old answers off as the new rows' own: the re-run stops before any call and says how out."""
+    rows = load_traces()
+    srv: FakeServer = scripted_server(by_question(rows, lambda row: Reply(text=good_answer(row))))
+    inp = write_jsonl(tmp_path / "traces.jsonl", rows)
+    out = tmp_path / "out"
+    run_stage1(inp, out, srv.base_url)
+    before = (out / "records.jsonl").read_bytes()
+    assert all(len(r["input_hash"]) == 16 for r in records_of(out).values())
+    run_stage1(inp, out, srv.base_url)  # the same rows: a resume, nothing asked again
+    asked = len(srv.requests)
+    changed = [dict(rows[0], thought=rows[0]["thought"] + "\nOne more line.")] + rows[1:]
+    write_jsonl(inp, changed)
+    with pytest.raises(UserError, match=r"the data changed since that run\. Pass --overwrite"):
+        run_stage1(inp, out, srv.base_url)
+    assert len(srv.requests) == asked and (out / "records.jsonl").read_bytes() == before
+    old_hash = {json.loads(line)["id"]: json.loads(line)["input_hash"] for line in before.splitlines()}
+    run_stage1(inp, out, srv.base_url, overwrite=True)
+    new_hash = {i: r["input_hash"] for i, r in records_of(out).items()}
+    assert [i for i in new_hash if new_hash[i] != old_hash[i]] == [rows[0]["id"]]  # only the changed row

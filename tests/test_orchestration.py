@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from sprint.core.errors import UserError
 from sprint import cli
 from sprint.inference.baseline import BaselineConfig, baseline
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
@@ -449,7 +450,6 @@ def test_chat_api_continues_the_assistant_message(tmp_path: Path, scripted_serve
 
 
 def test_raw_mode_with_the_chat_api_is_refused() -> None:
-    from sprint.core.errors import UserError
 
     with pytest.raises(UserError, match="prompt-mode chat"):
         PromptFormat(agent_prompt=AGENT, mode="raw", api="chat")
@@ -466,6 +466,19 @@ def test_finished_problems_are_skipped_on_rerun(tmp_path: Path, scripted_server:
     orchestrate(cfg, progress=False)
     assert len(srv.completion_requests) == n
     assert len(_records(cfg.out_dir)) == 1
+
+
+def test_a_rerun_on_changed_problems_is_refused(tmp_path: Path, scripted_server: ScriptedServer) -> None:
+    """Held-out problems regenerated under the same ids: the old records are not taken for the new
+    questions' answers; the re-run stops before any call."""
+    srv = scripted_server(_by_prompt(SCRIPT))
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"]))
+    orchestrate(cfg, progress=False)
+    n = len(srv.completion_requests)
+    cfg.data = _data(tmp_path, ["What is 2+4?"])  # the same id, another question
+    with pytest.raises(UserError, match="the data changed since that run"):
+        orchestrate(cfg, progress=False)
+    assert len(srv.completion_requests) == n and len(_records(cfg.out_dir)) == 1
 
 
 def test_baseline_makes_one_generation_per_problem(tmp_path: Path, scripted_server: ScriptedServer) -> None:

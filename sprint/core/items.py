@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
+import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,6 +28,7 @@ from sprint.core.records import RunDir
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+INPUT_HASH = "input_hash"  # the record key of `row_hash` (of the row the record was made from)
 
 ProcessFn = Callable[[T], Awaitable[dict[str, Any]]]
 CrashFn = Callable[[T, BaseException], dict[str, Any]]
@@ -66,6 +69,30 @@ class Tally:
         return f"ok={self.ok}, failed={self.failed}"
 
 
+def row_hash(row: Any) -> str:
+    """A short hash of what one item was made from (its input row), stored in its record."""
+    return hashlib.sha256(json.dumps(row, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def refuse_changed_inputs(items: Sequence[T], run: RunDir, item_id: Callable[[T], str],
+                          input_hash: Callable[[T], str]) -> None:
+    """A folder's records are kept on a re-run by id; when the input row behind an id has changed
+    since (regenerated data, an edited file), its old record would pass for the new row's answer.
+    Refuse before any call, naming the folder and the way out. Records without the hash (older
+    runs) are taken as they are."""
+    changed = []
+    for it in items:
+        record = run.done.get(item_id(it))
+        if record is not None and record.get(INPUT_HASH, input_hash(it)) != input_hash(it):
+            changed.append(item_id(it))
+    if changed:
+        raise UserError(
+            f"{run.path} holds records made from other input rows than the ones now given for {len(changed)} "
+            f"id(s) (e.g. {changed[0]}): the data changed since that run. Pass --overwrite to start over, or "
+            "use another output folder"
+        )
+
+
 async def run_items(
     items: Sequence[T],
     process: ProcessFn[T],
@@ -78,6 +105,7 @@ async def run_items(
     unit: str = "item",
     progress: bool = True,
     tally: Tally | None = None,
+    input_hash: Callable[[T], str] | None = None,
 ) -> tuple[int, int]:
     """Process the items the folder does not hold yet; returns (skipped, processed).
 
@@ -91,6 +119,8 @@ async def run_items(
     """
     if workers < 1:
         raise UserError(f"the number of workers must be at least 1, got {workers}")
+    if input_hash is not None:
+        refuse_changed_inputs(items, run, item_id, input_hash)
     todo = [it for it in items if not run.is_done(item_id(it))]
     skipped = len(items) - len(todo)
     queue: asyncio.Queue[T] = asyncio.Queue()
@@ -126,6 +156,8 @@ async def run_items(
                             type(exc).__name__, exc)
                 log.debug("traceback of the crash of %s %s", unit, item_id(item), exc_info=True)
                 record = on_crash(item, exc)
+            if input_hash is not None:
+                record[INPUT_HASH] = input_hash(item)
             run.append(record)
             processed += 1
             counts.add(record)

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from sprint.core.data import Item, fingerprint, load_items
 from sprint.core.errors import failed_items_exit
-from sprint.core.items import CrashFn, ProcessFn, crash_record, resolve_cache_dir, run_items
+from sprint.core.items import CrashFn, ProcessFn, crash_record, resolve_cache_dir, row_hash, run_items
 from sprint.core.options import add_options, config_from, flag_name
 from sprint.core.records import RunDir
 from sprint.core.manifest import estimate_cost, price_usage, text_hash
@@ -141,7 +141,8 @@ async def run_stage(
     skipped, processed, interrupted = 0, 0, True
     try:
         skipped, processed = await run_items(
-            items, process, run, workers=workers, on_crash=on_crash, desc=stage, progress=progress
+            items, process, run, workers=workers, on_crash=on_crash, desc=stage, progress=progress,
+            input_hash=lambda it: row_hash(it.row),
         )
         interrupted = False
     finally:

@@ -31,7 +31,7 @@ from sprint.llm.replicas import AFFINITY_HEADER, ReplicaPool, split_urls
 from sprint.llm.fleet import ensure_replicas
 from sprint.llm.router import DEFAULT_POLICY, POLICIES, RouterWatch
 from sprint.llm.serve import ensure_server, is_local, list_models
-from sprint.core.items import Tally, crash_record, resolve_cache_dir, run_items
+from sprint.core.items import Tally, crash_record, resolve_cache_dir, row_hash, run_items
 from sprint.tasks.registry import Problem, TaskAdapter, TaskChoices, get_task, load_problems, task_names
 
 DEFAULT_URL = "http://127.0.0.1:8000/v1"  # a local vLLM server on its usual port
@@ -415,7 +415,8 @@ class InferenceRun:
             return keep_text({**record, "start": started.get(problem.id, time.time()), "end": time.time()})
 
         await run_items(self.problems, process, self.run_dir, workers=workers, on_crash=on_crash,
-                        desc=self.run_dir.stage, unit="problem", progress=progress, tally=AccuracyTally())
+                        desc=self.run_dir.stage, unit="problem", progress=progress, tally=AccuracyTally(),
+                        input_hash=lambda p: row_hash([p.question, p.gold]))
 
     def execute(self, cfg: InferenceOptions, targets: list[tuple[str, str, str | None]],
                 main: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
