@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: install install-vllm install-swift install-rl test test-fast wheel-smoke demo bench clean
+.PHONY: install install-vllm install-swift install-rl test test-fast wheel-smoke demo demo-sample bench clean
 
 install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -35,15 +35,15 @@ test-fast: install
 wheel-smoke: install
 	bash scripts/wheel_smoke.sh
 
-# The main job: every stage for real on a small bundled sample (see README).
+# The main job: the paper's experiment in miniature on one CPU, models trained here from random
+# weights (scripts/mini_demo.sh; README "The experiment in miniature"; outputs/mini).
 demo: install install-vllm install-swift
-	bash scripts/demo.sh
-
-# The paper's experiment in miniature (work in progress, issue 23): Countdown traces, the stand-in
-# teacher, pack, two models trained from one random init by swift sft (SPRINT and RFT), vLLM,
-# orchestrate/baseline on held-out problems, Table 2 (scripts/mini_demo.sh; outputs/mini).
-mini: install install-vllm install-swift
 	bash scripts/mini_demo.sh
+
+# Every hand-off between stages on a small bundled MATH-500 sample, in a few minutes (scripts/demo.sh;
+# outputs/demo). CI runs this one; the miniature runs there at CI size (tests/test_mini_learns.py).
+demo-sample: install install-vllm install-swift
+	bash scripts/demo.sh
 
 bench: install
 	for b in benchmarks/bench_*.py; do $(VENV)/bin/python $$b || exit 1; done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job (`make demo`): every SPRINT stage for real, at toy scale, on a CPU machine.
+# Every hand-off on a bundled sample (`make demo-sample`): every SPRINT stage for real, at toy scale, on a CPU machine.
 #
 #   1-2. component separation + DAG creation on 8 bundled traces (examples/demo), answered from the
 #        shipped response cache of hand-written answers — or by a real model when SERVER_URL and

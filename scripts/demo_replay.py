@@ -1,6 +1,6 @@
 """Inputs of the demo's replay pass: the packed SPRINT trajectories and their original sequential traces.
 
-The tiny random model of `make demo` writes no plan, so its SPRINT run never runs anything in
+The tiny random model of `make demo-sample` writes no plan, so its SPRINT run never runs anything in
 parallel. The replay pass shows the method working instead: the replay server answers the real
 orchestrator with the trajectories packing made from the bundled traces, and the sequential
 baseline with the traces they were made from (thought, `</think>`, then the reference solution),

@@ -8,11 +8,14 @@
 #   3. packing (the default, byte-faithful rules) into SPRINT rows, plus executor-view rows and the
 #      same traces in sequential form (RFT);
 #   4. the project's own tokenizer and one random-init Qwen2; `swift sft` trains two models from it
-#      with one recipe: SPRINT on the packed rows, RFT on the sequential traces;
+#      with one recipe and one token budget (`sprint mini-steps`): SPRINT on the packed rows, RFT on
+#      the sequential traces;
 #   5. vLLM (CPU) serves each; `orchestrate` (barrier and stream) for SPRINT, `baseline` for RFT, on
-#      the held-out problems, the same concurrency for all;
+#      the held-out problems, one problem in flight (latency), each after a thrown-away warm-up run;
 #   6. `evaluate`: Table 2 (accuracy, sequential and total tokens, seconds per problem, with CIs),
-#      report.md, table2.json; `view`: the HTML site.
+#      report.md, table2.json; `view`: the HTML site; `sprint mini-summary`: the closing summary.
+# Every stage folder is made afresh from the regenerated data (a stage would refuse records made from
+# other rows anyway). RFT=0 SCHEDULES=stream HIGH=4 ... is the CI-sized variant (tests/test_mini_learns.py).
 # Outputs stay in OUT (default outputs/mini): the tokenizer in OUT/tokenizer, the checkpoints in
 # OUT/sprint-model and OUT/rft-model, so the same commands can be pointed at other problems.
 set -euo pipefail
@@ -21,10 +24,14 @@ cd "$(dirname "$0")/.."
 OUT="${DEMO_DIR:-outputs/mini}"
 PY="${PYTHON:-.venv/bin/python}"
 SPRINT_BIN="${SPRINT_BIN:-.venv/bin/sprint}"
+HIGH="${HIGH:-6}"                        # numbers 1..HIGH (sprint mini-data --high)
 N_TEST="${N_TEST:-200}"                  # held-out problems (the issue asks for >= 200)
-MAX_STEPS="${MAX_STEPS:-600}"            # SFT steps of each model (batch 16)
-EXECUTOR_ROWS="${EXECUTOR_ROWS:-barrier}" # executor-view rows (none: the released layout; both: stream views too, not yet measured)
-PROBLEM_WORKERS="${PROBLEM_WORKERS:-16}" # problems in flight, the same for every method
+MAX_STEPS="${MAX_STEPS:-800}"            # RFT's SFT steps (batch 16); SPRINT gets as many tokens (sprint mini-steps)
+EXECUTOR_ROWS="${EXECUTOR_ROWS:-stream}" # executor-view rows: stream views (the plan up to the prompt; the last one is the barrier view)
+PROBLEM_WORKERS="${PROBLEM_WORKERS:-1}"  # problems in flight, the same for every method: 1 measures latency
+WARMUP="${WARMUP:-12}"                   # problems run first on a fresh server and thrown away (timings only)
+SCHEDULES="${SCHEDULES:-barrier stream}" # SPRINT's schedules to run
+RFT="${RFT:-1}"                          # 0: SPRINT only (the CI-sized variant, tests/test_mini_learns.py)
 PORT="${PORT:-8827}"
 HIDDEN="${HIDDEN:-128}"
 LAYERS="${LAYERS:-4}"
@@ -37,7 +44,8 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 step "0. problems, traces and the teacher's answers"
-"$SPRINT_BIN" mini-data --out "$OUT/data" --n-test "$N_TEST"
+"$SPRINT_BIN" mini-data --out "$OUT/data" --n-test "$N_TEST" --high "$HIGH"
+rm -rf "$OUT/components" "$OUT/dag" "$OUT/sft"  # made afresh from these traces (a few seconds)
 
 if [[ -z "${SERVER_URL:-}" ]]; then
   step "1-2. the stand-in teacher (not GPT-4o: the generator's own components and DAG)"
@@ -64,19 +72,24 @@ step "4a. the project's own tokenizer and one random-init model"
 "$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl"
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" --seed 0
 
-train() {  # train NAME TRAIN_FILE
-  local name="$1" data="$2"
+train() {  # train NAME TRAIN_FILE STEPS
+  local name="$1" data="$2" steps="$3"
   rm -rf "$OUT/$name-train"
   MODEL="$OUT/init" TRAIN_DATA="$data" VAL_DATA= OUTPUT_DIR="$OUT/$name-train" CONFIG=sprint/configs/finetune_mini.yaml \
-    TUNER=full NPROC_PER_NODE=1 MAX_STEPS="$MAX_STEPS" SAVE_STEPS="$MAX_STEPS" TOKENIZER="$OUT/tokenizer" \
+    TUNER=full NPROC_PER_NODE=1 MAX_STEPS="$steps" SAVE_STEPS="$steps" TOKENIZER="$OUT/tokenizer" \
     bash run_finetune.sh
   rm -rf "$OUT/$name-model"
-  cp -r "$OUT/$name-train/checkpoint-$MAX_STEPS" "$OUT/$name-model"
+  cp -r "$OUT/$name-train/checkpoint-$steps" "$OUT/$name-model"
 }
-step "4b. swift sft: SPRINT on the packed rows"
-train sprint "$OUT/sft/train.jsonl"
-step "4c. swift sft: RFT on the same traces, sequential (same init, recipe and steps)"
-train rft "$OUT/sft/sequential_train.jsonl"
+# one token budget for both: MAX_STEPS batches of RFT rows, as many tokens of SPRINT rows
+SPRINT_STEPS=$("$SPRINT_BIN" mini-steps "$OUT/sft/train.jsonl" --reference "$OUT/sft/sequential_train.jsonl" \
+  --steps "$MAX_STEPS" --tokenizer "$OUT/tokenizer")
+step "4b. swift sft: SPRINT on the packed rows ($SPRINT_STEPS steps)"
+train sprint "$OUT/sft/train.jsonl" "$SPRINT_STEPS"
+if [[ "$RFT" == 1 ]]; then
+  step "4c. swift sft: RFT on the same traces, sequential (same init and recipe, $MAX_STEPS steps, same tokens)"
+  train rft "$OUT/sft/sequential_train.jsonl" "$MAX_STEPS"
+fi
 
 serve() {  # serve NAME PORT: vLLM on the CPU for OUT/NAME-model
   "$SPRINT_BIN" serve "$OUT/$1-model" --served-model-name "$1" --port "$2" --dtype float32 --max-model-len 1024 \
@@ -85,29 +98,41 @@ serve() {  # serve NAME PORT: vLLM on the CPU for OUT/NAME-model
   for _ in $(seq 600); do curl -sf "http://127.0.0.1:$2/v1/models" > /dev/null && return 0; sleep 1; done
   echo "vLLM did not start for $1; see $OUT/$1-vllm.log" >&2; exit 1
 }
-COMMON=(TEST_DATA="$OUT/data/test.jsonl" TASK=countdown-mini AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer"
-        MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" SEED=0)
-step "5a. vLLM serves SPRINT: orchestrate, barrier and stream"
+stop_server() { kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'; }
+# a fresh vLLM is slow on its first batches (kernels for new shapes): a warm-up run on other problems
+# (drawn like the held-out ones, seed 1) comes first and is thrown away, so seconds compare warm servers
+"$SPRINT_BIN" mini-data --out "$OUT/warmup-data" --n-test "$WARMUP" --high "$HIGH" --seed 1 > /dev/null
+COMMON=(TASK=countdown-mini AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer" MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" SEED=0)
+measured() {  # measured SCRIPT OUT_DIR VAR=VALUE...: a warm-up run, then the run on the held-out problems
+  local script="$1" dir="$2"; shift 2
+  rm -rf "$dir" "$dir-warmup"
+  env "${COMMON[@]}" "$@" TEST_DATA="$OUT/warmup-data/test.jsonl" OUT_DIR="$dir-warmup" bash "$script" --no-cache --no-progress > /dev/null
+  rm -rf "$dir-warmup"
+  env "${COMMON[@]}" "$@" TEST_DATA="$OUT/data/test.jsonl" OUT_DIR="$dir" bash "$script" --no-cache --no-progress
+}
+step "5a. vLLM serves SPRINT: orchestrate ($SCHEDULES), $PROBLEM_WORKERS problem(s) in flight"
 serve sprint "$PORT"
-for schedule in barrier stream; do
-  rm -rf "$OUT/runs/sprint-$schedule"
-  env "${COMMON[@]}" PLANNER_MODEL=sprint PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" PLANNER_TEMP=0 EXECUTOR_TEMP=0 \
-    MAX_TOKENS=512 PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64 OUT_DIR="$OUT/runs/sprint-$schedule" \
-    bash run_agent_orchestration.sh --schedule "$schedule" --no-cache --no-progress
+runs=()
+for schedule in $SCHEDULES; do
+  measured run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" PLANNER_MODEL=sprint \
+    PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" PLANNER_TEMP=0 EXECUTOR_TEMP=0 MAX_TOKENS=512 \
+    PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64 SCHEDULE="$schedule"
+  runs+=("$OUT/runs/sprint-$schedule=SPRINT $schedule")
 done
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
-step "5b. vLLM serves RFT: the sequential baseline"
-serve rft "$PORT"
-rm -rf "$OUT/runs/rft"
-env "${COMMON[@]}" MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1024 OUT_DIR="$OUT/runs/rft" \
-  bash run_baseline_evaluation.sh --no-cache --no-progress
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+stop_server
+baseline=()
+if [[ "$RFT" == 1 ]]; then
+  step "5b. vLLM serves RFT: the sequential baseline, $PROBLEM_WORKERS problem(s) in flight"
+  serve rft "$PORT"
+  measured run_baseline_evaluation.sh "$OUT/runs/rft" MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1024
+  stop_server
+  baseline=(--baseline "$OUT/runs/rft=RFT")
+fi
 
 step "6. evaluate (Table 2) and view"
-"$SPRINT_BIN" evaluate "$OUT/runs/sprint-barrier=SPRINT barrier" "$OUT/runs/sprint-stream=SPRINT stream" \
-  --baseline "$OUT/runs/rft=RFT" --task countdown-mini --planner-tokenizer "$OUT/tokenizer" --out "$OUT/evaluation"
-"$SPRINT_BIN" view "$OUT/runs/sprint-barrier=SPRINT barrier" "$OUT/runs/sprint-stream=SPRINT stream" \
-  --baseline "$OUT/runs/rft=RFT" --planner-tokenizer "$OUT/tokenizer" --out "$OUT/view"
+"$SPRINT_BIN" evaluate "${runs[@]}" "${baseline[@]}" --task countdown-mini --planner-tokenizer "$OUT/tokenizer" \
+  --out "$OUT/evaluation"
+"$SPRINT_BIN" view "${runs[@]}" "${baseline[@]}" --planner-tokenizer "$OUT/tokenizer" --out "$OUT/view"
 
 step "done"
-"$PY" scripts/check_mini.py "$OUT"
+"$SPRINT_BIN" mini-summary "$OUT"

@@ -1,6 +1,6 @@
 """The bundled demo sample: its response cache is current and answers stages 1-2 offline.
 
-`make demo` runs component separation and DAG creation on examples/demo/traces.jsonl from the
+`make demo-sample` runs component separation and DAG creation on examples/demo/traces.jsonl from the
 shipped cache (no capable model runs on CI). These tests fail when someone edits a prompt, the
 line splitter or a stage default without rebuilding the cache, and check that the sample still
 shows what packing does: most traces kept with real parallelism, one dropped with its reason.

@@ -52,8 +52,8 @@ def test_every_trace_is_right_and_its_lines_are_stage_1s(data: Path) -> None:
 def test_a_trace_reads_as_a_planned_search() -> None:
     trace = make_trace((2, 3, 4), 20)
     assert trace.lines[0] == "Okay , I need 20 from 2 3 4 , so let me try each pair first ."
-    assert trace.lines[1:4] == ["Try 2 and 3 first , then 4 .", "Then 4 is left , and I need 20 .",
-                                "2 + 3 = 5 , for 20 : 9 1 20 !"]
+    assert trace.lines[1:4] == ["Keep 4 for last and try 2 and 3 first .", "Then 4 is left , and I need 20 .",
+                                "2 + 3 = 5 , with 4 for 20 : 9 1 20 !"]
     assert trace.expr == "( 2 + 3 ) * 4" and trace.winner == 0
     assert trace.solution == "The answer is \\boxed{ ( 2 + 3 ) * 4 } ."
     # every pair is tried (the plan said so), each in six lines: a failed pair says so

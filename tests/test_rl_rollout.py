@@ -106,9 +106,9 @@ def test_stream_schedule_gives_executors_the_stream_layout():
     rollout = asyncio.run(run_rollout(ROW, RolloutConfig.from_env({"SPRINT_RL_SCHEDULE": "stream"}), engine, words,
                                       temperature=1.0, top_p=1.0))
     heads = sorted(m[-1]["content"] for m, s in engine.calls if s.stop == EXECUTOR_STOPS)
-    # each executor sees the plan up to its own prompt, without `</Plan_1>` (the plan is still being written)
-    assert heads[0].endswith("<prompt_1.1> Add 2 and 3. </prompt_1.1>\n\n<Execution_1>\n<execution_1.1>\n")
-    assert "</Plan_1>" not in heads[0] + heads[1] and "prompt_1.2" in heads[1]
+    # each executor sees the plan up to its own prompt, closed (the rest is still being written)
+    assert heads[0].endswith("<prompt_1.1> Add 2 and 3. </prompt_1.1>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n")
+    assert "prompt_1.2" not in heads[0] and "prompt_1.2" in heads[1]
     assert rollout.infos["executed_prompts"] == 2 and rollout.record["correct"] is True
     with pytest.raises(UserError):
         RolloutConfig.from_env({"SPRINT_RL_SCHEDULE": "sometimes"})

@@ -128,7 +128,7 @@ def test_an_executor_row_is_its_view_then_its_execution() -> None:
     traj = res.trajectory
     rows = executor_rows("U", "t", traj, ("stream",), 8)
     row = next(r for r in rows if r["id"] == "t#exec_2.2@stream")
-    # worked out by hand: the past phase whole, the plan up to </prompt_2.2> (no </Plan_2>, no prompt 2.3),
+    # worked out by hand: the past phase whole, the plan up to </prompt_2.2>, closed (no prompt 2.3),
     # then execution 2.2 alone, without its siblings
     past = traj.render_body().split("<Plan_2>")[0]
     # one assistant turn in two messages: the view (not trained), then the execution (trained)
@@ -136,7 +136,7 @@ def test_an_executor_row_is_its_view_then_its_execution() -> None:
         {"role": "user", "content": "U"},
         {"role": "assistant", "loss": False, "content": (
             "<think>\n" + past + "<Plan_2>\nBased on execution_1.1, execution_1.3:\nP4.\n\n<prompt_2.1> Q4 </prompt_2.1>\n\n"
-            "P5.\nE5.\n\nBased on execution_1.2:\nP6.\n\n<prompt_2.2> Q6 </prompt_2.2>\n\n<Execution_2>\n"
+            "P5.\nE5.\n\nBased on execution_1.2:\nP6.\n\n<prompt_2.2> Q6 </prompt_2.2>\n</Plan_2>\n\n<Execution_2>\n"
             "<execution_2.2>\n")},
         {"role": "assistant", "loss": True, "content": "E6.\n</execution_2.2>"}]
     barrier = next(r for r in executor_rows("U", "t", traj, ("barrier",), 8) if r["id"] == "t#exec_2.2@barrier")
@@ -232,11 +232,13 @@ def test_every_executor_call_continues_its_executor_row_byte_for_byte(tmp_path: 
             assert prompt == user + THINK + "\n" + executor_context(packed, phase, prompt_obj, schedule)
             if api == "completions":
                 assert prompt == fmt.request(packed.question, executor_context(packed, phase, prompt_obj, schedule))[1]
-        # without these rows the sibling views are unseen: only the first executor of a barrier phase
-        # continues the main row (the mismatch the rows fix)
+        # without these rows the sibling views are unseen: only the views of a phase's first prompt that
+        # show the whole plan (barrier; stream when the plan ends with that prompt) continue the main row
         main = full_text(by_id[tid])
         unseen = sorted(row_id for row_id, prompt, _ in model.executor_calls if not main.startswith(prompt))
-        expected = [i for i in executor_ids if schedule == "stream" or not i.split("@")[0].endswith(".1")]
+        whole = {f"{tid}#exec_{ph.prompts[0].name}@{schedule}" for ph in packed.phases if ph.prompts
+                 and (schedule == "barrier" or ph.streamed_view(ph.prompts[0]) == ph.render_plan())}
+        expected = [i for i in executor_ids if i not in whole]
         assert unseen == sorted(expected) and unseen
 
 

@@ -138,9 +138,9 @@ def test_stream_release_points_are_where_each_prompt_closed(tmp_path: Path, scri
     assert by_name["1.1"].release == 9
     assert by_name["1.2"].release == 9 + 6  # "Then check. <prompt_1.2> Count up. </prompt_1.2>"
     assert by_name["2.1"].release == words("<Plan_2>\n" + PLAN_2)
-    # stream contexts stop at the executor's own prompt; barrier ones hold the whole plan
+    # stream contexts stop at the executor's own prompt, closed; barrier ones hold the whole plan
     assert by_name["1.1"].context.endswith("<Plan_1>\nSplit it.\n<prompt_1.1> Add 2 and 3. </prompt_1.1>"
-                                           "\n\n<Execution_1>\n<execution_1.1>\n")
+                                           "\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n")
     [barrier] = _plans(run, "barrier")
     assert all(c.release is None for c in barrier.calls)
     assert next(c for c in barrier.calls if c.call.prompt == "1.1").context.endswith(
@@ -171,7 +171,7 @@ def test_authors_layout_counts_lengths_from_the_text(tmp_path: Path) -> None:
     head = AGENT + "\n\n<Question>\nWhat is 1+1?\n</Question>\n\n<think>\n"
     planner, executor, answer = plan.calls
     assert planner.context == head and planner.tokens == words("<Plan_1>\nGo.\n<prompt_1.1> Add one and one. </prompt_1.1>\n</Plan_1>")
-    assert executor.context == head + "<Plan_1>\nGo.\n<prompt_1.1> Add one and one. </prompt_1.1>\n\n<Execution_1>\n<execution_1.1>\n"
+    assert executor.context == head + "<Plan_1>\nGo.\n<prompt_1.1> Add one and one. </prompt_1.1>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n"
     assert executor.tokens == words("It is two.\n</execution_1.1>") and executor.release == 8  # <Plan_1> Go. <prompt_1.1> Add one and one. </prompt_1.1>
     assert answer.call.role == "planner" and answer.call.phase == 2 and answer.tokens == words("<Final_answer>\nSo \\boxed{2}.\n</Final_answer>")
 

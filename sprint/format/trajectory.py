@@ -76,8 +76,15 @@ class Phase:
 
     def streamed_plan(self, prompt: Prompt) -> str:
         """What the planner had written when `prompt` closed: `<Plan_p>` and the plan up to its
-        `</prompt_p.k>` (what a stream-scheduled executor sees of the plan)."""
+        `</prompt_p.k>` (the planner tokens a stream-scheduled executor waited for)."""
         return f"{plan_open(self.number)}\n{self.plan[: prompt.end]}"
+
+    def streamed_view(self, prompt: Prompt) -> str:
+        """The plan a stream-scheduled executor is shown: the plan up to its `</prompt_p.k>`, closed
+        as a plan. Closed, it is a well-formed plan block like the ones executions follow in
+        training (an open one invites the executor to go on writing the plan), and for the plan's
+        last prompt it is exactly the barrier view (`render_plan`) when nothing follows that prompt."""
+        return Phase(self.number, self.plan[: prompt.end]).render_plan()
 
     def render_executions(self) -> str:
         if not self.executions:
@@ -122,7 +129,7 @@ def baseline_generation(text: str) -> str:
 
 def open_executions(plan_block: str, phase: int) -> str:
     """What every executor of a phase continues after the past phases: the plan as it sees it
-    (`render_plan`, or `streamed_plan` under the stream schedule), then the opened `<Execution_p>`."""
+    (`render_plan`, or `streamed_view` under the stream schedule), then the opened `<Execution_p>`."""
     return f"{plan_block}\n\n{executions_open(phase)}\n"
 
 

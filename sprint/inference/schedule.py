@@ -108,8 +108,8 @@ class StreamDispatch:
         self._dropped: list[asyncio.Task] = []
 
     def head(self, plan: str, prompt: Prompt) -> str:
-        """What executor `prompt` continues (before its `<execution_p.k>\n`): the plan up to its prompt."""
-        return self.context + open_executions(Phase(self.phase, plan).streamed_plan(prompt), self.phase)
+        """What executor `prompt` continues (before its `<execution_p.k>\n`): the plan up to its prompt, closed."""
+        return self.context + open_executions(Phase(self.phase, plan).streamed_view(prompt), self.phase)
 
     def on_text(self, text: str) -> None:  # type: ignore[override]
         if text.startswith(self._text):

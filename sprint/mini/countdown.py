@@ -6,8 +6,9 @@ what a sequential reasoning model writes when it plans an exhaustive search: it 
 independent subtask: the parallelism SPRINT should find), abandons the pairs that fail, checks the
 one that works, and answers in `\\boxed{}`. The text is deliberately regular and tokenised at word
 level (every word, number and symbol separated by one space) so that a model of about a million
-parameters can learn it in minutes on a CPU; each result line repeats the target, because a tiny
-model compares a number with the target far more reliably when the target is close by.
+parameters can learn it in minutes on a CPU; each result line repeats the number left and the
+target, because a tiny model adds, multiplies and compares far more reliably when every operand is
+a few tokens away.
 
 Because the generator writes the trace, it also knows its components and their DAG: `teacher_answer`
 gives them in the JSON / parent-dictionary formats GPT-4o answers stages 1-2 with, for the
@@ -34,7 +35,7 @@ from sprint.core.options import add_options, config_from, option
 OPS = ("+", "-", "*")  # subtraction always takes the smaller number from the larger: no negatives
 
 INTRO = "Okay , I need {t} from {a} {b} {c} , so let me try each pair first ."
-TRY = "Try {x} and {y} first , then {z} ."
+TRY = "Keep {z} for last and try {x} and {y} first ."  # the number left first: the easiest slot to copy
 LEFT = "Then {z} is left , and I need {t} ."
 FOUND = "Yes , {expr} = {t} ."
 FAILED = "None of these is {t} , so this pair does not work ."
@@ -88,7 +89,7 @@ def search(pair: tuple[int, int], rest: int, target: int) -> Branch:
             if value == target:
                 hit = op2
                 break
-        lines.append(f"{first} = {mid} , for {target} : {' '.join(results)} {'!' if hit else '.'}")
+        lines.append(f"{first} = {mid} , with {rest} for {target} : {' '.join(results)} {'!' if hit else '.'}")
         if hit and found is None:
             found = f"{rest} - ( {first} )" if hit == "-" and rest > mid else f"( {first} ) {hit} {rest}"
     lines.append(FOUND.format(expr=found, t=target) if found else FAILED.format(t=target))
@@ -164,7 +165,7 @@ class MiniDataConfig:
     out: str = option(help="output folder (train_traces.jsonl, test.jsonl, teacher.jsonl, corpus.jsonl)",
                       flags=("--out",), var="OUT_DIR")
     low: int = option(1, "smallest number", var="LOW")
-    high: int = option(6, "largest number (1-6 keeps every value a model must add or multiply small)", var="HIGH")
+    high: int = option(6, "largest number (1-6: 2,435 problems; products stay small)", var="HIGH")
     n_test: int = option(200, "held-out problems, drawn like the training ones and never trained on", var="N_TEST")
     n_train: int = option(0, "training traces (0: every other solvable problem)", var="N_TRAIN")
     seed: int = option(0, "seed of the draw and the shuffle", var="SEED")

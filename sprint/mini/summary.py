@@ -1,4 +1,5 @@
-"""The mini experiment's closing summary (`make demo`): Table 2 and what the SPRINT model learned.
+"""The mini experiment's closing summary (`sprint mini-summary`, end of `make demo`): Table 2 and
+what the SPRINT model learned.
 
 Reads OUT/evaluation/table2.json (written by `sprint evaluate`) and the runs' records; prints the
 table, then the learned behaviour on the held-out problems (well-formed trajectories, phases with
@@ -8,11 +9,14 @@ of issue 23 are printed beside the figures, never assumed.
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from sprint.core.data import iter_jsonl
+from sprint.core.errors import UserError
+from sprint.core.options import add_options, config_from, option
 from sprint.format.trajectory import TrajectoryError, parse
 
 
@@ -77,5 +81,20 @@ def main(out: str) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "outputs/mini"))
+@dataclass(kw_only=True)
+class MiniSummaryConfig:
+    """`sprint mini-summary`: the closing summary of a mini experiment folder."""
+
+    out: str = option("outputs/mini", "the mini experiment's folder (DEMO_DIR of scripts/mini_demo.sh)", flags=("out",))
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    add_options(parser, MiniSummaryConfig)
+
+
+def handle(args: argparse.Namespace) -> int:
+    cfg = config_from(MiniSummaryConfig, args)
+    if not (Path(cfg.out) / "evaluation" / "table2.json").is_file():
+        raise UserError(f"no evaluation/table2.json in {cfg.out}; run scripts/mini_demo.sh (make demo) first")
+    return main(cfg.out)

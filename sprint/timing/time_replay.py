@@ -119,7 +119,7 @@ def executor_context(traj: Trajectory, p: int, name: str, schedule: str) -> str:
     to its own `</prompt_p.k>` (sprint.inference.schedule's BarrierDispatch / StreamDispatch)."""
     phase = traj.phases[p - 1]
     prompt = next(pr for pr in phase.prompts if pr.name == name)
-    plan = phase.streamed_plan(prompt) if schedule == "stream" else phase.render_plan()
+    plan = phase.streamed_view(prompt) if schedule == "stream" else phase.render_plan()
     return _context(traj, p) + open_executions(plan, p) + open_execution(name)
 
 
