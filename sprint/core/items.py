@@ -83,7 +83,7 @@ def refuse_changed_inputs(items: Sequence[T], run: RunDir, item_id: Callable[[T]
     changed = []
     for it in items:
         record = run.done.get(item_id(it))
-        if record is not None and record.get(INPUT_HASH, input_hash(it)) != input_hash(it):
+        if record is not None and INPUT_HASH in record and record[INPUT_HASH] != input_hash(it):
             changed.append(item_id(it))
     if changed:
         raise UserError(

@@ -48,7 +48,7 @@ def cell(measure: dict | None, fmt: str) -> str:
     return f"{text} [{format(ci[0], fmt)}, {format(ci[1], fmt)}]" if ci else text
 
 
-def main(out: str) -> int:
+def print_summary(out: str) -> int:
     root = Path(out)
     table = json.loads((root / "evaluation" / "table2.json").read_text())
     rows = {r["method"]: r for r in table["rows"]}
@@ -97,4 +97,4 @@ def handle(args: argparse.Namespace) -> int:
     cfg = config_from(MiniSummaryConfig, args)
     if not (Path(cfg.out) / "evaluation" / "table2.json").is_file():
         raise UserError(f"no evaluation/table2.json in {cfg.out}; run scripts/mini_demo.sh (make demo) first")
-    return main(cfg.out)
+    return print_summary(cfg.out)
