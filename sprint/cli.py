@@ -45,6 +45,7 @@ COMMANDS: dict[str, Command] = {
     "mini-tokenizer": Command("sprint.mini.tokenizer", "learn the mini experiment's own small byte-level BPE tokenizer from a corpus (tags and numbers one token each)"),
     "mini-model": Command("sprint.mini.model", "write a random-init Qwen2 of given size for a tokenizer folder (safetensors, via a torch venv)"),
     "mini-summary": Command("sprint.mini.summary", "the mini experiment's closing summary: Table 2 and what the SPRINT model learned"),
+    "mini-grpo-data": Command("sprint.mini.grpo", "GRPO problems of the mini experiment: training problems with their sequential reference lengths"),
     "mini-steps": Command("sprint.mini.budget", "the training steps that give one training file another's token budget (equal-token comparisons)"),
     "teacher-server": Command("sprint.mini.teacher", "serve stages 1-2 from given answers over the OpenAI API: a deterministic stand-in for GPT-4o"),
 }

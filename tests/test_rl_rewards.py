@@ -207,6 +207,9 @@ def test_batch_rewards_as_ms_swift_calls_them():
     assert batch_rewards("sprint_correct", infos, tasks, golds, refs) == [1.0, 1.0, 0.0, 1.0]
     assert batch_rewards("sprint_latency", infos, tasks, golds, refs) == pytest.approx([0.5, 17 / 48, 0.0, 0.5])
     assert batch_rewards("sprint_format", infos, tasks, golds, refs) == [1.0, 1.0, 1.0, 1.0]
+    # the critical path is measured, right or wrong, and needs no reference (it is logged with weight 0)
+    paths = batch_rewards("sprint_critical_path", infos, tasks, golds, None)
+    assert paths == [float(i["sequential_tokens"]) for i in infos] and paths[3] == 16.0
     with pytest.raises(UserError, match="reference"):
         batch_rewards("sprint_latency", infos, tasks, golds, None)
     with pytest.raises(UserError, match="positive reference"):

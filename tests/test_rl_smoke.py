@@ -5,13 +5,13 @@ sprint/configs/grpo.yaml. What runs for real, and where ms-swift stops:
 1. `swift rollout` itself refuses a machine with no CUDA device (RolloutArguments._check_device_count).
    The test checks that exact refusal (and is skipped where a CUDA device is present) ...
 2. ... and then runs ms-swift's own rollout server with that one check lifted
-   (tests/rl_rollout_server.py): vLLM-CPU async engine, the sprint scheduler loaded with
+   (sprint/rl/cpu_rollout.py, what `sprint grpo --cpu` starts): vLLM-CPU async engine, the sprint scheduler loaded with
    --external_plugins. ms-swift's client asks it for a generation batch; the SPRINT rollouts
    come back as per-call records and are scored by the plugin's rewards from ms-swift's `orms`.
 3. `swift rlhf --rlhf_type grpo` (2 optimizer steps) runs against that server. Before each generation
    batch it syncs the policy's weights to the server, through vLLM's PyNcclCommunicator, which has
    no CPU implementation; with SPRINT_RL_CPU_WEIGHT_SYNC=1 both sides use sprint.rl.cpu_sync's gloo
-   broadcast instead (the plugin installs it in the trainer, tests/rl_rollout_server.py in the vLLM
+   broadcast instead (the plugin installs it in the trainer, sprint/rl/cpu_rollout.py in the vLLM
    worker). The test checks the checkpoint and the logged rewards, and that every byte the trainer
    sent reached the worker and was loaded.
 4. A weight sync changes what the server computes: ms-swift's client sends the model with its final
@@ -21,6 +21,7 @@ sprint/configs/grpo.yaml. What runs for real, and where ms-swift stops:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -79,11 +80,13 @@ def setup(tiny_model_dir: Path, shared_data: Path, tmp_path_factory: pytest.Temp
                        config=str(cpu_recipe(work / "grpo_cpu.yaml")), rollout_port=free_port(),
                        swift_bin=str(RL_VENV / "bin" / "swift"))
     # the weight-sync group's port: ms-swift's default (51216) could be taken by another run
-    cmds = build_commands(opts, rlhf_extra=["--vllm_server_group_port", str(free_port())])
+    group_port = ["--vllm_server_group_port", str(free_port())]
+    cmds = build_commands(opts, rlhf_extra=group_port)  # as on a GPU machine: `swift rollout`
+    cpu_cmds = build_commands(dataclasses.replace(opts, cpu=True), rlhf_extra=group_port)  # `sprint grpo --cpu`
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "SPRINT_RL_CPU_WEIGHT_SYNC": "1"}
     data = subprocess.run(cmds["data"].argv, env=env, capture_output=True, text=True, timeout=120)
     assert data.returncode == 0, data.stderr
-    return {"opts": opts, "cmds": cmds, "env": env, "work": work}
+    return {"opts": opts, "cmds": cmds, "cpu_cmds": cpu_cmds, "env": env, "work": work}
 
 
 def rollout_device_count(env: dict[str, str]) -> int:
@@ -95,7 +98,7 @@ def rollout_device_count(env: dict[str, str]) -> int:
 
 
 def test_swift_rollout_refuses_a_machine_without_cuda(setup: dict):
-    """Why the tests below lift one check (tests/rl_rollout_server.py): ms-swift 4.6 stops `swift rollout`
+    """Why `sprint grpo --cpu` lifts one check (sprint/rl/cpu_rollout.py): ms-swift 4.6 stops `swift rollout`
     before loading anything when no device is visible. With a CUDA device there is no refusal to check
     (the real command would start a server and serve until stopped)."""
     rollout = setup["cmds"]["rollout"]
@@ -109,10 +112,10 @@ def test_swift_rollout_refuses_a_machine_without_cuda(setup: dict):
 
 @pytest.fixture(scope="module")
 def rollout_server(setup: dict):
-    rollout, opts = setup["cmds"]["rollout"], setup["opts"]
+    rollout, opts = setup["cpu_cmds"]["rollout"], setup["opts"]
+    assert rollout.argv[1:3] == ["-m", "sprint.rl.cpu_rollout"] and rollout.env["SPRINT_RL_CPU_WEIGHT_SYNC"] == "1"
     log = open(setup["work"] / "rollout.log", "wb")
-    argv = [str(RL_PYTHON), str(REPO_ROOT / "tests" / "rl_rollout_server.py"), *rollout.argv[2:]]
-    server = subprocess.Popen(argv, env={**setup["env"], **rollout.env}, stdout=log, stderr=subprocess.STDOUT,
+    server = subprocess.Popen(rollout.argv, env={**setup["env"], **rollout.env}, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
     url = f"http://{opts.rollout_host}:{opts.rollout_port}"
     try:
@@ -186,7 +189,7 @@ def assert_loaded(server_log: str) -> None:
 
 
 def test_grpo_two_steps_against_the_rollout_server(setup: dict, rollout_server: str):
-    rlhf, out = setup["cmds"]["rlhf"], Path(setup["opts"].output_dir)
+    rlhf, out = setup["cpu_cmds"]["rlhf"], Path(setup["opts"].output_dir)
     started = time.monotonic()
     env = {**setup["env"], "MASTER_PORT": str(free_port()), **rlhf.env}  # not torch's 29500: another job may hold it
     result = subprocess.run(rlhf.argv, env=env, capture_output=True, text=True, timeout=1200)

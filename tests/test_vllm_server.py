@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlparse
 
 import openai
 import pytest
 
 from sprint.core.errors import UserError
+from sprint.llm.cpu_placement import ENGINE, WORKER, session_processes
 from sprint.llm.serve import API_SERVER_MODULE, ensure_server, free_port, list_models, start_vllm
 
 
@@ -26,6 +29,36 @@ async def _complete(base_url: str, model: str, **params: object) -> openai.types
 
 
 # ---- real server -------------------------------------------------------------------------------
+
+
+def _server_session(port: int) -> dict[int, str]:
+    """The processes of the vLLM server listening on `port` (its API server leads their session)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.name.isdigit() and API_SERVER_MODULE.encode() in argv and str(port).encode() in argv:
+            return session_processes(os.getsid(int(entry.name)))
+    return {}
+
+
+@pytest.mark.vllm
+def test_a_cpu_server_runs_its_engine_beside_its_worker_and_its_api_server_apart(vllm_server) -> None:
+    """sprint.llm.cpu_placement: the engine core shares the worker's cores, the API server has the others
+    (apart, a decode step of 3 sequences costs about one; together, about three)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: nothing to place apart")
+    processes = _server_session(urlparse(vllm_server.base_url).port)
+    workers = [p for p, c in processes.items() if c.startswith(WORKER)]
+    engines = [p for p, c in processes.items() if c.startswith(ENGINE)]
+    others = [p for p in processes if p not in workers and p not in engines]
+    assert workers and engines and others, processes
+    worker_cores = set().union(*(os.sched_getaffinity(p) for p in workers))
+    for pid in engines:
+        assert os.sched_getaffinity(pid) <= worker_cores
+    for pid in others:
+        assert not os.sched_getaffinity(pid) & worker_cores, (pid, processes[pid])
 
 
 @pytest.mark.vllm

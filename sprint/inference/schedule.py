@@ -10,9 +10,9 @@ which schedule it runs:
 barrier (the authors' reference code): the executors start when the plan is complete, and each
 sees the whole plan `<Plan_p>…</Plan_p>`.
 stream (the paper's text): executor p.k starts as soon as its prompt is settled in the planner's
-text so far (`sprint.format.trajectory.settled_prompts`). It sees the past phases + `<Plan_p>\\n` +
-the normalised plan up to and including its own `</prompt_p.k>` + `\\n\\n<Execution_p>\\n`: no
-`</Plan_p>` and none of the later prompts. Every executor of the phase gets this context, also one
+text so far (`sprint.format.trajectory.settled_prompts`). It sees the past phases + the normalised
+plan up to and including its own `</prompt_p.k>`, closed as a plan (`Phase.streamed_view`), +
+`\\n\\n<Execution_p>\\n`: none of the later prompts. Every executor of the phase gets this context, also one
 started only when the plan ends (a prompt cut by the token limit, a cache hit), so the requests
 depend on the final plan only, never on timing. A restarted planner stream (the client retried a
 dropped stream) keeps the executors whose plan prefix the new text repeats and cancels the others

@@ -257,6 +257,8 @@ def handle(args: argparse.Namespace) -> int:
             for i, server in enumerate(fleet.servers):
                 gpu = f"GPU {fleet.gpus[i]}" if fleet.gpus and fleet.gpus[i] is not None else "CPU"
                 _say(f"replica {i + 1}: {server.base_url} ({gpu}, pid {server.process.pid}, log {server.log_path})")
+                if server.placement:
+                    _say(f"replica {i + 1}: {server.placement}")
             if fleet.router is not None:
                 _say(f"vllm-router ({cfg.router_policy}): {fleet.router.base_url} (pid {fleet.router.process.pid}, "
                      f"log {fleet.router.log_path})")

@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 from sprint.core.errors import UserError
 from sprint.core.options import option
 from sprint.core.resources import VLLM_ENV
+from sprint.llm.cpu_placement import place_server
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
@@ -121,12 +122,15 @@ class VLLMServer:
     log_path: Path
     command: list[str]
     _log_file: IO[bytes] | None = field(default=None, repr=False)
+    placement: str | None = None  # what sprint.llm.cpu_placement did once the server was ready
 
     def running(self) -> bool:
         return self.process.poll() is None
 
     def wait_ready(self, timeout: float = 600.0) -> list[str]:
-        return wait_ready(self.base_url, timeout, server=self)
+        models = wait_ready(self.base_url, timeout, server=self)
+        self.placement = place_server(self.process.pid, self.log_path)
+        return models
 
     def stop(self, grace: float = 20.0) -> None:
         stop(self, grace)

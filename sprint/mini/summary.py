@@ -18,6 +18,9 @@ from sprint.core.data import iter_jsonl
 from sprint.core.errors import UserError
 from sprint.core.options import add_options, config_from, option
 from sprint.format.trajectory import TrajectoryError, parse
+from sprint.mini.grpo import CURVE, grpo_curve
+
+GRPO_ROW = "SPRINT+GRPO stream"  # the label scripts/mini_demo.sh gives the run after GRPO
 
 
 def behaviour(run: Path) -> dict[str, float]:
@@ -40,6 +43,36 @@ def behaviour(run: Path) -> dict[str, float]:
             "prompts_per_problem": prompts / max(formed, 1)}
 
 
+RUNS = {"SPRINT barrier": "sprint-barrier", "SPRINT stream": "sprint-stream", GRPO_ROW: "sprint-grpo-stream"}
+
+
+def grpo_summary(root: Path, rows: dict[str, dict]) -> None:
+    """The GRPO run's curve (drawn to OUT/grpo/curve.png) and SPRINT stream before and after it."""
+    logs = sorted((root / "grpo-train").glob("v*/logging.jsonl"))
+    if not logs:
+        return
+    steps = grpo_curve(logs[-1], root / "grpo" / "curve.png")
+    k = max(1, min(5, len(steps) // 4))
+
+    def mean(key: str, part: list[dict]) -> float:
+        return sum(float(s.get(key) or 0) for s in part) / len(part)
+
+    print(f"\nlatency-aware GRPO: {len(steps)} steps; first {k} steps -> last {k} (sampled rollouts, T=1):")
+    for key, label in CURVE:
+        print(f"  {label}: {mean(key, steps[:k]):.3f} -> {mean(key, steps[-k:]):.3f}")
+    print(f"  curve: {root / 'grpo' / 'curve.png'}")
+    before, after = rows.get("SPRINT stream"), rows.get(GRPO_ROW)
+    if before and after:
+        print("  held-out, greedy: accuracy {} -> {}; sequential tokens {} -> {} (target: lower after, accuracy not "
+              "lower beyond its CI)".format(
+                  cell(percent(before["accuracy"]), ".1f"), cell(percent(after["accuracy"]), ".1f"),
+                  cell(before["sequential_tokens"], ".1f"), cell(after["sequential_tokens"], ".1f")))
+
+
+def percent(measure: dict) -> dict:
+    return dict(measure, value=measure["value"] * 100, ci=[c * 100 for c in measure["ci"]] if measure.get("ci") else None)
+
+
 def cell(measure: dict | None, fmt: str) -> str:
     if not measure or measure.get("value") is None:
         return "–"
@@ -53,15 +86,13 @@ def print_summary(out: str) -> int:
     table = json.loads((root / "evaluation" / "table2.json").read_text())
     rows = {r["method"]: r for r in table["rows"]}
     print("Table 2, in miniature (held-out Countdown problems; mean [95% CI])")
-    print(f"{'method':<16} {'accuracy':<22} {'sequential tokens':<24} {'total tokens':<24} {'seconds/problem':<20}")
+    print(f"{'method':<20} {'accuracy':<22} {'sequential tokens':<24} {'total tokens':<24} {'seconds/problem':<20}")
     for name, r in rows.items():
-        acc = dict(r["accuracy"], value=r["accuracy"]["value"] * 100,
-                   ci=[c * 100 for c in r["accuracy"]["ci"]] if r["accuracy"].get("ci") else None)
-        print(f"{name:<16} {cell(acc, '.1f') + ' %':<22} {cell(r['sequential_tokens'], '.1f'):<24} "
+        print(f"{name:<20} {cell(percent(r['accuracy']), '.1f') + ' %':<22} {cell(r['sequential_tokens'], '.1f'):<24} "
               f"{cell(r['total_tokens'], '.1f'):<24} {cell(r['seconds_per_problem'], '.2f'):<20}")
     rft = rows.get("RFT")
-    for name in ("SPRINT barrier", "SPRINT stream"):
-        run = root / "runs" / ("sprint-" + name.split()[-1])
+    for name, folder in RUNS.items():
+        run = root / "runs" / folder
         if not (run / "records.jsonl").exists():
             continue
         b = behaviour(run)
@@ -75,9 +106,11 @@ def print_summary(out: str) -> int:
             speed = f"{secs[0] / secs[1]:.2f}" if None not in secs else "–"
             print(f"  accuracy {diff:+.1f} points vs RFT (target >= -5; RFT {rft['accuracy']['value']:.1%}, target >= 60%); "
                   f"sequential tokens {ratio:.2f} x RFT's (target <= 0.6); seconds per problem {speed} x RFT's (target < 1)")
+    grpo_summary(root, rows)
     print(f"\nreport: {root / 'evaluation' / 'report.md'}  table: {root / 'evaluation' / 'table2.json'}  "
           f"viewer: {root / 'view' / 'index.html'}")
-    print(f"tokenizer: {root / 'tokenizer'}  checkpoints: {root / 'sprint-model'}, {root / 'rft-model'}")
+    print(f"tokenizer: {root / 'tokenizer'}  checkpoints: {root / 'base-model'}, {root / 'sprint-model'}, "
+          f"{root / 'rft-model'}" + (f", {root / 'grpo-model'}" if (root / "grpo-model").is_dir() else ""))
     return 0
 
 

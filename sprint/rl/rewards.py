@@ -19,6 +19,11 @@ trajectory model (parse + token accounting); nothing else parses the tags.
   (see sprint.rl.grpo_data).
 
 Weights are ms-swift's `--reward_weights` (sprint/configs/grpo.yaml), one per reward, in this order.
+
+- critical path (`sprint_critical_path`): not a reward but a measurement, the trajectory's
+  sequential tokens; given weight 0 (sprint/configs/grpo_mini.yaml) it changes no advantage, and
+  ms-swift logs its mean per step beside the rewards, so the curve of the critical path is in the
+  trainer's own log.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from sprint.format.trajectory import TrajectoryError, count_tokens, parse
 
 Counter = Callable[[str], int]
 
-REWARD_NAMES = ("sprint_correct", "sprint_format", "sprint_latency")  # ms-swift `--reward_funcs` names
+REWARD_NAMES = ("sprint_correct", "sprint_format", "sprint_latency", "sprint_critical_path")  # `--reward_funcs`
 
 
 def trajectory_infos(
@@ -137,6 +142,8 @@ def batch_rewards(name: str, rollout_infos: list[Mapping[str, Any]], tasks: list
             scores.append(correctness(infos, task, gold))
         elif name == "sprint_format":
             scores.append(format_score(infos, task))
+        elif name == "sprint_critical_path":
+            scores.append(float(infos.get("sequential_tokens") or 0))
         elif name == "sprint_latency":
             if references is None:
                 raise UserError("the latency reward needs a `reference_tokens` column; "
