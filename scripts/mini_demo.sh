@@ -7,17 +7,21 @@
 #        or by a real model when SERVER_URL and MODEL are set;
 #   3. packing (the default, byte-faithful rules) into SPRINT rows, plus executor-view rows and the
 #      same traces in sequential form (RFT);
-#   4. the project's own tokenizer and one random-init Qwen2; `swift sft` trains two models from it
-#      with one recipe and one token budget (`sprint mini-steps`): SPRINT on the packed rows, RFT on
-#      the sequential traces;
+#   4. the project's own tokenizer and one random-init Qwen2; `swift sft` trains a base reasoner from it on
+#      the sequential traces (the miniature's R1-Distill), then two models from that base with one recipe and
+#      one token budget (`sprint mini-steps`): SPRINT on the packed rows, RFT on the sequential traces
+#      (BASE_STEPS=0: both straight from the random init);
 #   5. vLLM (CPU) serves each; `orchestrate` (barrier and stream) for SPRINT, `baseline` for RFT, on
 #      the held-out problems, one problem in flight (latency), each after a thrown-away warm-up run;
+#   5'. with GRPO_STEPS > 0 (make demo-grpo): latency-aware GRPO from the SPRINT model (`sprint grpo --cpu`),
+#      the GRPO model measured like the others;
 #   6. `evaluate`: Table 2 (accuracy, sequential and total tokens, seconds per problem, with CIs),
 #      report.md, table2.json; `view`: the HTML site; `sprint mini-summary`: the closing summary.
 # Every stage folder is made afresh from the regenerated data (a stage would refuse records made from
 # other rows anyway). RFT=0 SCHEDULES=stream HIGH=4 ... is the CI-sized variant (tests/test_mini_learns.py).
 # Outputs stay in OUT (default outputs/mini): the tokenizer in OUT/tokenizer, the checkpoints in
-# OUT/sprint-model and OUT/rft-model, so the same commands can be pointed at other problems.
+# OUT/base-model, OUT/sprint-model, OUT/rft-model (and OUT/grpo-model), so the same commands can be pointed
+# at other problems. REUSE=1 keeps models and measured runs already there (a run stopped midway goes on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,8 +30,8 @@ PY="${PYTHON:-.venv/bin/python}"
 SPRINT_BIN="${SPRINT_BIN:-.venv/bin/sprint}"
 HIGH="${HIGH:-6}"                        # numbers 1..HIGH (sprint mini-data --high)
 N_TEST="${N_TEST:-200}"                  # held-out problems (the issue asks for >= 200)
-BASE_STEPS="${BASE_STEPS:-800}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill)
-MAX_STEPS="${MAX_STEPS:-300}"            # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps)
+BASE_STEPS="${BASE_STEPS:-800}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill); 0: none
+MAX_STEPS="${MAX_STEPS:-500}"            # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps)
 FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
 EXECUTOR_ROWS="${EXECUTOR_ROWS:-stream}" # executor-view rows: stream views (the plan up to the prompt; the last one is the barrier view)
 PROBLEM_WORKERS="${PROBLEM_WORKERS:-1}"  # problems in flight, the same for every method: 1 measures latency
@@ -86,16 +90,20 @@ train() {  # train NAME FROM TRAIN_FILE STEPS [LR]: swift sft of OUT/FROM into O
   rm -rf "$OUT/$name-model"
   cp -r "$OUT/$name-train/checkpoint-$steps" "$OUT/$name-model"
 }
-step "4b. swift sft: the base reasoner on the sequential traces ($BASE_STEPS steps; both fine-tunes start from it)"
-train base init "$OUT/sft/sequential_train.jsonl" "$BASE_STEPS"
+FROM=init LR_FT=  # BASE_STEPS=0: both models from the random init, with the recipe's learning rate
+if (( BASE_STEPS > 0 )); then
+  step "4b. swift sft: the base reasoner on the sequential traces ($BASE_STEPS steps; both fine-tunes start from it)"
+  train base init "$OUT/sft/sequential_train.jsonl" "$BASE_STEPS"
+  FROM=base-model LR_FT="$FT_LR"
+fi
 # one token budget for both fine-tunes: MAX_STEPS batches of RFT rows, as many tokens of SPRINT rows
 SPRINT_STEPS=$("$SPRINT_BIN" mini-steps "$OUT/sft/train.jsonl" --reference "$OUT/sft/sequential_train.jsonl" \
   --steps "$MAX_STEPS" --tokenizer "$OUT/tokenizer")
-step "4c. swift sft: SPRINT from the base on the packed rows ($SPRINT_STEPS steps, lr $FT_LR)"
-train sprint base-model "$OUT/sft/train.jsonl" "$SPRINT_STEPS" "$FT_LR"
+step "4c. swift sft: SPRINT from $FROM on the packed rows ($SPRINT_STEPS steps)"
+train sprint "$FROM" "$OUT/sft/train.jsonl" "$SPRINT_STEPS" "$LR_FT"
 if [[ "$RFT" == 1 ]]; then
-  step "4d. swift sft: RFT from the base on the same traces, sequential (same recipe, $MAX_STEPS steps, same tokens, lr $FT_LR)"
-  train rft base-model "$OUT/sft/sequential_train.jsonl" "$MAX_STEPS" "$FT_LR"
+  step "4d. swift sft: RFT from $FROM on the same traces, sequential (same recipe, $MAX_STEPS steps, same tokens)"
+  train rft "$FROM" "$OUT/sft/sequential_train.jsonl" "$MAX_STEPS" "$LR_FT"
 fi
 
 serve() {  # serve NAME PORT: vLLM on the CPU for OUT/NAME-model

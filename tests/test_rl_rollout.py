@@ -14,7 +14,7 @@ import pytest
 from sprint.core.errors import UserError
 from sprint.llm.client import Sampling
 from sprint.format.prompt_format import EXECUTOR_STOPS, FINAL_STOPS, PLANNER_STOPS
-from sprint.rl.rollout import Generation, RolloutConfig, problem_from_row, run_rollout
+from sprint.rl.rollout import Generation, RolloutConfig, problem_from_row, run_rollout, without_stop
 
 
 def words(text: str) -> int:
@@ -112,3 +112,17 @@ def test_stream_schedule_gives_executors_the_stream_layout():
     assert rollout.infos["executed_prompts"] == 2 and rollout.record["correct"] is True
     with pytest.raises(UserError):
         RolloutConfig.from_env({"SPRINT_RL_SCHEDULE": "sometimes"})
+
+
+def test_an_engine_text_is_cut_where_vllm_cuts_it():
+    """ms-swift decodes every sampled token, so a call that stopped on `</Plan_` inside the one tag token
+    `</Plan_1>` (the mini tokenizer's) comes back with the whole tag; the loop must get vLLM's text, or
+    it writes the closing tags twice (which cost the mini model nearly all its rollouts' accuracy)."""
+    stops = ("</Plan_", "<Execution_", "</Final_answer>", "</think>")
+    assert without_stop("try 2 and 1 first . </prompt_1.3>\n</Plan_1>", "stop", stops) == \
+        "try 2 and 1 first . </prompt_1.3>\n"
+    assert without_stop("Yes , ( 1 + 2 ) + 1 = 4 .\n</execution_1.1>", "stop", ("</execution_1.1>",)) == \
+        "Yes , ( 1 + 2 ) + 1 = 4 .\n"
+    assert without_stop("a </think> b </Plan_2>", "stop", stops) == "a "  # the first stop, as vLLM stops there
+    assert without_stop("cut at the limit </Plan_", "length", stops) == "cut at the limit </Plan_"  # no stop: as is
+    assert without_stop("no stop string", "stop", stops) == "no stop string"  # stopped on EOS

@@ -33,7 +33,7 @@ from swift.rollout import MultiTurnScheduler, multi_turns
 from sprint.llm.client import Sampling
 from sprint.rl import cpu_sync
 from sprint.rl.rewards import batch_rewards
-from sprint.rl.rollout import CallSample, Generation, RolloutConfig, run_rollout, token_counter
+from sprint.rl.rollout import CallSample, Generation, RolloutConfig, run_rollout, token_counter, without_stop
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class SprintScheduler(MultiTurnScheduler):
             response = await self.infer_engine.infer_async(RolloutInferRequest(messages=messages), call, **kwargs)
             choice = response.choices[0]
             return Generation(
-                text=choice.message.content or "",
+                text=without_stop(choice.message.content or "", choice.finish_reason, sampling.stop),
                 token_ids=list(choice.token_ids or []),
                 finish_reason=choice.finish_reason,
                 prompt_tokens=response.usage.prompt_tokens if response.usage else 0,

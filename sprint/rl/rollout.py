@@ -145,6 +145,17 @@ class CallSample:
         return self.call.prompt if self.call else None
 
 
+def without_stop(text: str, finish_reason: str | None, stops: tuple[str, ...] | list[str]) -> str:
+    """The text as vLLM's own API returns it: cut before the first stop string. ms-swift decodes
+    every sampled token instead, so a call that stopped carries the stop string, and the whole token
+    that held it (`</Plan_` ends inside the one token `</Plan_1>` of a tokenizer with tag tokens);
+    the loop, which writes the closing tags itself, would then write them twice."""
+    if finish_reason != "stop":
+        return text
+    cuts = [i for i in (text.find(stop) for stop in stops if stop) if i >= 0]
+    return text[: min(cuts)] if cuts else text
+
+
 Generate = Callable[[list[dict[str, str]], Sampling], Awaitable[Generation]]
 
 
