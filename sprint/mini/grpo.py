@@ -25,7 +25,7 @@ from sprint.core.options import add_options, config_from, option
 from sprint.format.tokencount import load_counter
 
 # ms-swift's log keys (`rewards/<class name>/mean`) for the curve, with their labels
-CURVE = (("reward", "reward (weighted sum)"), ("rewards/SprintCorrect/mean", "accuracy (sampled, T=1)"),
+CURVE = (("reward", "reward (weighted sum)"), ("rewards/SprintCorrect/mean", "accuracy (sampled rollouts)"),
          ("rewards/SprintCriticalPath/mean", "critical path (sequential tokens)"))
 
 

@@ -57,7 +57,7 @@ def grpo_summary(root: Path, rows: dict[str, dict]) -> None:
     def mean(key: str, part: list[dict]) -> float:
         return sum(float(s.get(key) or 0) for s in part) / len(part)
 
-    print(f"\nlatency-aware GRPO: {len(steps)} steps; first {k} steps -> last {k} (sampled rollouts, T=1):")
+    print(f"\nlatency-aware GRPO: {len(steps)} steps; first {k} steps -> last {k} (sampled rollouts):")
     for key, label in CURVE:
         print(f"  {label}: {mean(key, steps[:k]):.3f} -> {mean(key, steps[-k:]):.3f}")
     print(f"  curve: {root / 'grpo' / 'curve.png'}")
@@ -109,8 +109,8 @@ def print_summary(out: str) -> int:
     grpo_summary(root, rows)
     print(f"\nreport: {root / 'evaluation' / 'report.md'}  table: {root / 'evaluation' / 'table2.json'}  "
           f"viewer: {root / 'view' / 'index.html'}")
-    print(f"tokenizer: {root / 'tokenizer'}  checkpoints: {root / 'base-model'}, {root / 'sprint-model'}, "
-          f"{root / 'rft-model'}" + (f", {root / 'grpo-model'}" if (root / "grpo-model").is_dir() else ""))
+    models = [str(root / f"{m}-model") for m in ("base", "sprint", "rft", "grpo") if (root / f"{m}-model").is_dir()]
+    print(f"tokenizer: {root / 'tokenizer'}  checkpoints: {', '.join(models)}")
     return 0
 
 

