@@ -39,7 +39,7 @@ WARMUP="${WARMUP:-12}"                   # problems run first on a fresh server 
 SCHEDULES="${SCHEDULES:-barrier stream}" # SPRINT's schedules to run
 RFT="${RFT:-1}"                          # 0: SPRINT only (the CI-sized variant, tests/test_mini_learns.py)
 GRPO_STEPS="${GRPO_STEPS:-0}"            # latency-aware GRPO steps from the SPRINT model (2 problems x 8 rollouts each; make demo-grpo); 0: none
-REUSE="${REUSE:-0}"                      # 1: keep a model already in OUT/NAME-model (a run stopped after training it)
+REUSE="${REUSE:-0}"                      # 1: keep the models (OUT/NAME-model) and measured runs already there
 PORT="${PORT:-8827}"
 HIDDEN="${HIDDEN:-128}"
 LAYERS="${LAYERS:-4}"
@@ -47,6 +47,7 @@ export SPRINT_LOCAL_DATA="${SPRINT_LOCAL_DATA:-}"
 mkdir -p "$OUT"
 t0=$(date +%s)
 step() { echo; echo "=== [$(( $(date +%s) - t0 )) s] $*"; }
+free_port() { "$PY" -c "from sprint.llm.serve import free_port; print(free_port())"; }
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
@@ -57,7 +58,7 @@ rm -rf "$OUT/components" "$OUT/dag" "$OUT/sft"  # made afresh from these traces 
 
 if [[ -z "${SERVER_URL:-}" ]]; then
   step "1-2. the stand-in teacher (not GPT-4o: the generator's own components and DAG)"
-  TPORT=$("$PY" -c "from sprint.llm.serve import free_port; print(free_port())")
+  TPORT=$(free_port)
   "$SPRINT_BIN" teacher-server "$OUT/data/teacher.jsonl" --port "$TPORT" > "$OUT/teacher.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do grep -q "teacher server at" "$OUT/teacher.log" && break; sleep 0.2; done
@@ -150,11 +151,9 @@ if (( GRPO_STEPS > 0 )); then
   "$SPRINT_BIN" mini-grpo-data "$OUT/data/train_traces.jsonl" --tokenizer "$OUT/tokenizer" --out "$OUT/grpo/problems.jsonl" \
     --n $(( GRPO_STEPS * 2 ))
   rm -rf "$OUT/grpo-train" "$OUT/grpo-model" "$OUT/runs/sprint-grpo-stream"  # a new policy: measured anew
-  GPORT=$("$PY" -c "from sprint.llm.serve import free_port; print(free_port())")
   CPU=1 MODEL="$OUT/sprint-model" DATA="$OUT/grpo/problems.jsonl" TASK=countdown-mini REFERENCE_COLUMN=reference_tokens \
-    CONFIG=sprint/configs/grpo_mini.yaml OUTPUT_DIR="$OUT/grpo-train" MAX_STEPS="$GRPO_STEPS" ROLLOUT_PORT="$GPORT" \
-    bash run_grpo.sh --save_steps "$GRPO_STEPS" --vllm_server_group_port "$("$PY" -c "from sprint.llm.serve import free_port; print(free_port())")" \
-    > "$OUT/grpo-train.log" 2>&1 || { tail -n 40 "$OUT/grpo-train.log" >&2; exit 1; }
+    CONFIG=sprint/configs/grpo_mini.yaml OUTPUT_DIR="$OUT/grpo-train" MAX_STEPS="$GRPO_STEPS" ROLLOUT_PORT="$(free_port)" \
+    bash run_grpo.sh --save_steps "$GRPO_STEPS" --vllm_server_group_port "$(free_port)" > "$OUT/grpo-train.log" 2>&1 || { tail -n 40 "$OUT/grpo-train.log" >&2; exit 1; }
   cp -r "$(ls -d "$OUT"/grpo-train/v*/checkpoint-"$GRPO_STEPS" | tail -n 1)" "$OUT/grpo-model"
   step "5d. vLLM serves SPRINT after GRPO: orchestrate (stream)"
   serve grpo "$PORT"
