@@ -8,5 +8,9 @@
   multi-turn scheduler and the reward classes registered in ms-swift's tables;
 - `sprint.rl.grpo_data`: the GRPO training rows (question, gold, task, reference length);
 - `sprint.rl.launch`: run_grpo.sh's three commands (rows, `swift rollout`, `swift rlhf`);
-- `sprint.rl.cpu_sync`: an opt-in CPU weight sync (SPRINT_RL_CPU_WEIGHT_SYNC=1) for the CPU smoke test.
+- without CUDA (`sprint grpo --cpu`): `sprint.rl.cpu_rollout`, ms-swift's rollout server with its
+  device check lifted, and `sprint.rl.cpu_sync`, the weight sync over gloo (opt-in: CPU_SYNC_ENV=1).
 """
+
+# The switch of sprint.rl.cpu_sync, here so that the launcher can set it without importing torch.
+CPU_SYNC_ENV = "SPRINT_RL_CPU_WEIGHT_SYNC"

@@ -43,8 +43,8 @@ from torch.distributed import BroadcastOptions, PrefixStore
 from torch.distributed.distributed_c10d import ProcessGroupGloo
 
 from sprint.core.options import env_switch
+from sprint.rl import CPU_SYNC_ENV
 
-ENV = "SPRINT_RL_CPU_WEIGHT_SYNC"
 TRAINER_MODULE = "swift.rlhf_trainers.vllm_client"  # VLLMClient: the sending side
 SERVER_MODULE = "swift.pipelines.infer.rollout"  # WeightSyncWorkerExtension: the receiving side
 LOG_TAG = "sprint cpu weight sync"
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 def enabled() -> bool:
     """Opted in, and no CUDA device: the one case this path is meant for."""
-    return env_switch(os.environ.get(ENV)) and not torch.cuda.is_available()
+    return env_switch(os.environ.get(CPU_SYNC_ENV)) and not torch.cuda.is_available()
 
 
 def digest(tensor: torch.Tensor) -> tuple[int, int]:
@@ -144,8 +144,8 @@ def install(side: str) -> bool:
     side: "trainer" (VLLMClient, which sends) or "server" (the rollout worker extension, which
     receives). Returns whether it did: only with the opt-in set and no CUDA.
     """
-    if env_switch(os.environ.get(ENV)) and torch.cuda.is_available():
-        log.warning("%s: %s is set but CUDA is present; keeping ms-swift's NCCL weight sync", LOG_TAG, ENV)
+    if env_switch(os.environ.get(CPU_SYNC_ENV)) and torch.cuda.is_available():
+        log.warning("%s: %s is set but CUDA is present; keeping ms-swift's NCCL weight sync", LOG_TAG, CPU_SYNC_ENV)
     if not enabled():
         return False
     if not log.handlers:  # vLLM's worker processes configure no root logger; the lines must reach the log

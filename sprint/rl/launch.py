@@ -27,11 +27,11 @@ from sprint.core.errors import UserError
 from sprint.core.options import add_options, config_from, option
 from sprint.core.resources import RL_ENV, config_file, package_file
 from sprint.llm.serve import CHILD_ENV_DEFAULTS
+from sprint.rl import CPU_SYNC_ENV
 from sprint.tasks.registry import task_names
 
 PLUGIN = package_file("rl", "plugin.py")  # ms-swift loads it by file name
 DEFAULT_CONFIG = config_file("grpo.yaml")
-CPU_SYNC_ENV = "SPRINT_RL_CPU_WEIGHT_SYNC"  # sprint.rl.cpu_sync.ENV (not imported: that module needs torch)
 
 
 def default_swift_bin() -> str | None:

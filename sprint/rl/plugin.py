@@ -11,7 +11,7 @@ It registers, in ms-swift's own tables,
   Overriding `run()` needs server mode: `swift rollout --vllm_use_async_engine true`.
 - `orms["sprint_correct"|"sprint_format"|"sprint_latency"|"sprint_critical_path"]`: the rewards of
   sprint.rl.rewards (the last a measurement, weight 0).
-On a machine without CUDA and with SPRINT_RL_CPU_WEIGHT_SYNC=1 (the CPU smoke test only), it also
+On a machine without CUDA and with SPRINT_RL_CPU_WEIGHT_SYNC=1 (`sprint grpo --cpu`), it also
 installs the trainer's side of a CPU weight sync (sprint.rl.cpu_sync).
 
 This file imports ms-swift, so only the RL environment (.venv-rl, scripts/install_rl.sh, which also
