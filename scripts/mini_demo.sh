@@ -31,7 +31,7 @@ SPRINT_BIN="${SPRINT_BIN:-.venv/bin/sprint}"
 HIGH="${HIGH:-6}"                        # numbers 1..HIGH (sprint mini-data --high)
 N_TEST="${N_TEST:-200}"                  # held-out problems (the issue asks for >= 200)
 BASE_STEPS="${BASE_STEPS:-800}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill); 0: none
-MAX_STEPS="${MAX_STEPS:-500}"            # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps)
+MAX_STEPS="${MAX_STEPS:-750}"            # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps)
 FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
 EXECUTOR_ROWS="${EXECUTOR_ROWS:-stream}" # executor-view rows: stream views (the plan up to the prompt; the last one is the barrier view)
 PROBLEM_WORKERS="${PROBLEM_WORKERS:-1}"  # problems in flight, the same for every method: 1 measures latency
@@ -43,6 +43,7 @@ REUSE="${REUSE:-0}"                      # 1: keep the models (OUT/NAME-model) a
 PORT="${PORT:-8827}"
 HIDDEN="${HIDDEN:-128}"
 LAYERS="${LAYERS:-4}"
+HEADS="${HEADS:-4}"                      # attention heads (of 32): 4 copied an expression better than 2 of 64
 export SPRINT_LOCAL_DATA="${SPRINT_LOCAL_DATA:-}"
 mkdir -p "$OUT"
 t0=$(date +%s)
@@ -79,7 +80,8 @@ DATA="$OUT/dag" OUT_DIR="$OUT/sft" TEST_FRAC=0.02 AGENT_PROMPT=none EXECUTOR_ROW
 
 step "4a. the project's own tokenizer and one random-init model"
 "$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl"
-"$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" --seed 0
+"$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" \
+  --num-heads "$HEADS" --num-kv-heads "$HEADS" --seed 0
 
 train() {  # train NAME FROM TRAIN_FILE STEPS [LR]: swift sft of OUT/FROM into OUT/NAME-model
   local name="$1" from="$2" data="$3" steps="$4" lr="${5:-}"

@@ -1,0 +1,55 @@
+"""Where a mini SPRINT run's wrong answers went wrong (`sprint.mini.diagnosis`): each verdict from a
+trajectory written the way the trained model writes them, with one thing broken."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sprint.mini.countdown import ANSWER, CHECK, INTRO, branches, make_trace, search
+from sprint.mini.diagnosis import (ANSWER_COPY, CHECK_COPY, CORRECT, EXECUTION, FAILED_PAIR, MALFORMED, Diagnosis,
+                                   diagnose, judge)
+
+NUMS, TARGET = (4, 3, 4), 19  # only the pair 4 and 4 (kept 3) reaches 19: ( 4 * 4 ) + 3
+
+
+def trajectory(executions: list[str] | None = None, based: int = 2, check: str | None = None,
+               answer: str | None = None) -> str:
+    """A SPRINT trajectory for NUMS/TARGET as the packer lays it out; arguments override one part."""
+    trace = make_trace(NUMS, TARGET)
+    found = [search(pair, rest, TARGET) for pair, rest in branches(NUMS)]
+    executions = executions or ["\n".join(b.lines[1:]) for b in found]
+    prompts = "\n\n".join(f"<prompt_1.{k}> {b.lines[0]} </prompt_1.{k}>" for k, b in enumerate(found, 1))
+    execs = "\n\n".join(f"<execution_1.{k}>\n{text}\n</execution_1.{k}>" for k, text in enumerate(executions, 1))
+    check_line = CHECK.format(expr=check or trace.expr, t=TARGET)
+    return (f"<Question>\n{trace.question}\n</Question>\n\n<Plan_1>\n{INTRO.format(t=TARGET, a=4, b=3, c=4)}\n\n{prompts}\n"
+            f"</Plan_1>\n\n<Execution_1>\n{execs}\n</Execution_1>\n\n<Plan_2>\nBased on execution_1.{based}:\n{check_line}\n"
+            f"</Plan_2>\n\n<Execution_2>\nNo prompt to execute.\n</Execution_2>\n\n"
+            f"<Final_answer>\n{ANSWER.format(expr=answer or check or trace.expr)}\n</Final_answer>")
+
+
+def record(text: str, correct: bool = False) -> dict:
+    return {"gold": {"nums": list(NUMS), "target": TARGET}, "trajectory": text, "correct": correct}
+
+
+def test_each_failure_is_placed_where_it_happened() -> None:
+    d = Diagnosis()
+    assert judge(record(trajectory(), correct=True), d) == CORRECT
+    assert (d.executions, d.exact) == (3, 3)
+    executions = ["\n".join(search(pair, rest, TARGET).lines[1:]) for pair, rest in branches(NUMS)]
+    executions[0] = executions[0].replace("11 3 28", "11 3 27")
+    assert judge(record(trajectory(executions=executions)), d) == EXECUTION
+    assert (d.executions, d.exact) == (6, 5)
+    assert judge(record(trajectory(based=1)), d) == FAILED_PAIR  # 4 and 3 (kept 4) found nothing
+    assert judge(record(trajectory(check="( 4 + 4 ) + 3")), d) == CHECK_COPY
+    assert judge(record(trajectory(answer="( 4 * 3 ) + 4")), d) == ANSWER_COPY
+    assert judge(record("<Plan_1>\nOkay"), d) == MALFORMED
+    assert d.executions == 15  # a malformed trajectory has no executions to count
+
+
+def test_a_run_folder_is_counted(tmp_path: Path) -> None:
+    rows = [record(trajectory(), correct=True), record(trajectory(check="( 4 + 4 ) + 3"))]
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    d = diagnose(tmp_path)
+    assert d.verdicts == {CORRECT: 1, CHECK_COPY: 1}
+    assert d.exact_share == 1.0
