@@ -109,31 +109,36 @@ if [[ "$RFT" == 1 ]]; then
   train rft "$FROM" "$OUT/sft/sequential_train.jsonl" "$MAX_STEPS" "$LR_FT"
 fi
 
-serve() {  # serve NAME PORT: vLLM on the CPU for OUT/NAME-model
-  "$SPRINT_BIN" serve "$OUT/$1-model" --served-model-name "$1" --port "$2" --dtype float32 --max-model-len 1024 \
+SERVED=""  # the model vLLM serves on PORT now, started by the first run that needs it (none when every run is reused)
+serve() {  # serve NAME: vLLM on the CPU for OUT/NAME-model
+  [[ "$SERVED" == "$1" ]] && return 0
+  "$SPRINT_BIN" serve "$OUT/$1-model" --served-model-name "$1" --port "$PORT" --dtype float32 --max-model-len 1024 \
     --log "$OUT/$1-vllm.log" > "$OUT/$1-serve.out" 2>&1 &
   pids+=($!)
-  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$2/v1/models" > /dev/null && return 0; sleep 1; done
+  SERVED="$1"
+  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$PORT/v1/models" > /dev/null && return 0; sleep 1; done
   echo "vLLM did not start for $1; see $OUT/$1-vllm.log" >&2; exit 1
 }
-stop_server() { kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'; }
+stop_server() {
+  if [[ -n "$SERVED" ]]; then kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'; SERVED=""; fi
+}
 # a fresh vLLM is slow on its first batches (kernels for new shapes): a warm-up run on other problems
 # (drawn like the held-out ones, seed 1) comes first and is thrown away, so seconds compare warm servers
 "$SPRINT_BIN" mini-data --out "$OUT/warmup-data" --n-test "$WARMUP" --high "$HIGH" --seed 1 > /dev/null
 COMMON=(TASK=countdown-mini AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer" MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" SEED=0)
-measured() {  # measured SCRIPT OUT_DIR VAR=VALUE...: a warm-up run, then the run on the held-out problems
-  local script="$1" dir="$2"; shift 2
+measured() {  # measured NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served, a warm-up run, then the held-out run
+  local name="$1" script="$2" dir="$3"; shift 3
   if [[ "$REUSE" == 1 && -f "$dir/records.jsonl" ]]; then echo "reusing $dir"; return 0; fi
+  serve "$name"
   rm -rf "$dir" "$dir-warmup"
   env "${COMMON[@]}" "$@" TEST_DATA="$OUT/warmup-data/test.jsonl" OUT_DIR="$dir-warmup" bash "$script" --no-cache --no-progress > /dev/null
   rm -rf "$dir-warmup"
   env "${COMMON[@]}" "$@" TEST_DATA="$OUT/data/test.jsonl" OUT_DIR="$dir" bash "$script" --no-cache --no-progress
 }
 step "5a. vLLM serves SPRINT: orchestrate ($SCHEDULES), $PROBLEM_WORKERS problem(s) in flight"
-serve sprint "$PORT"
 runs=()
 for schedule in $SCHEDULES; do
-  measured run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" PLANNER_MODEL=sprint \
+  measured sprint run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" PLANNER_MODEL=sprint \
     PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" PLANNER_TEMP=0 EXECUTOR_TEMP=0 MAX_TOKENS=512 \
     PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64 SCHEDULE="$schedule"
   runs+=("$OUT/runs/sprint-$schedule=SPRINT $schedule")
@@ -142,8 +147,7 @@ stop_server
 baseline=()
 if [[ "$RFT" == 1 ]]; then
   step "5b. vLLM serves RFT: the sequential baseline, $PROBLEM_WORKERS problem(s) in flight"
-  serve rft "$PORT"
-  measured run_baseline_evaluation.sh "$OUT/runs/rft" MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1024
+  measured rft run_baseline_evaluation.sh "$OUT/runs/rft" MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1024
   stop_server
   baseline=(--baseline "$OUT/runs/rft=RFT")
 fi
@@ -158,8 +162,7 @@ if (( GRPO_STEPS > 0 )); then
     bash run_grpo.sh --save_steps "$GRPO_STEPS" --vllm_server_group_port "$(free_port)" > "$OUT/grpo-train.log" 2>&1 || { tail -n 40 "$OUT/grpo-train.log" >&2; exit 1; }
   cp -r "$(ls -d "$OUT"/grpo-train/v*/checkpoint-"$GRPO_STEPS" | tail -n 1)" "$OUT/grpo-model"
   step "5d. vLLM serves SPRINT after GRPO: orchestrate (stream)"
-  serve grpo "$PORT"
-  measured run_agent_orchestration.sh "$OUT/runs/sprint-grpo-stream" PLANNER_MODEL=grpo \
+  measured grpo run_agent_orchestration.sh "$OUT/runs/sprint-grpo-stream" PLANNER_MODEL=grpo \
     PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" PLANNER_TEMP=0 EXECUTOR_TEMP=0 MAX_TOKENS=512 \
     PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64 SCHEDULE=stream
   stop_server

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sprint.mini.countdown import ANSWER, CHECK, INTRO, branches, make_trace, search
 from sprint.mini.diagnosis import (ANSWER_COPY, CHECK_COPY, CORRECT, EXECUTION, FAILED_PAIR, MALFORMED, Diagnosis,
-                                   diagnose, judge)
+                                   arithmetic, diagnose, judge)
 
 NUMS, TARGET = (4, 3, 4), 19  # only the pair 4 and 4 (kept 3) reaches 19: ( 4 * 4 ) + 3
 
@@ -53,3 +53,15 @@ def test_a_run_folder_is_counted(tmp_path: Path) -> None:
     d = diagnose(tmp_path)
     assert d.verdicts == {CORRECT: 1, CHECK_COPY: 1}
     assert d.exact_share == 1.0
+
+
+def test_arithmetic_grades_each_step_given_the_numbers_its_line_wrote(tmp_path: Path) -> None:
+    right = trajectory()  # 3 result lines per execution, each a first step and its results (up to 3)
+    slip = right.replace("4 + 3 = 7 , with 4 for 19 : 11 3 28", "4 + 3 = 8 , with 4 for 19 : 12 4 32", 1)
+    (tmp_path / "records.jsonl").write_text(json.dumps(record(right)) + "\n")
+    exact = arithmetic(tmp_path)
+    assert exact.right == exact.steps == 12 + 10 + 12  # the hit line of pair 4 and 4 stops at its first result
+    assert 0 < exact.chance < 1
+    (tmp_path / "records.jsonl").write_text(json.dumps(record(slip)) + "\n")
+    slipped = arithmetic(tmp_path)  # 4 + 3 = 8 is wrong; 12 4 32 are right for the 8 it wrote
+    assert (slipped.right, slipped.steps) == (exact.steps - 1, exact.steps)

@@ -5,8 +5,9 @@ The generator knows every subtask's exact work (`countdown.search`), so a trajec
 placed: an executor that miscomputed its pair, a plan built on a pair that found nothing, a check
 that miscopied the expression it was based on, an answer that miscopied the check. That tells a user
 which role needs more training (the executors' arithmetic, or the planner's reading of their
-results), and gives the CI-sized test a measure of learning that chance cannot reach: the share of
-executions that are exactly right.
+results). `arithmetic` grades the executors' single steps (each operation given the numbers it was
+handed) against chance: a model trained for the minutes CI allows computes far more of them right
+than chance long before it gets a whole search right.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from sprint.core.data import iter_jsonl
 from sprint.format.trajectory import TrajectoryError, parse
-from sprint.mini.countdown import CHECK, branches, search
+from sprint.mini.countdown import CHECK, OPS, apply, branches, search
 
 # the verdicts, in the order a trajectory is checked (the first that applies)
 CORRECT = "correct"
@@ -33,6 +34,8 @@ OTHER = "other"
 VERDICTS = (CORRECT, MALFORMED, UNEXPECTED_PLAN, EXECUTION, FAILED_PAIR, CHECK_COPY, ANSWER_COPY, OTHER)
 
 _BASED_ON = re.compile(r"execution_1\.(\d+)")
+# a result line of `countdown.search`: "x op y = mid , with rest for target : r1 r2 r3 ." (or "... r1 !")
+_RESULT_LINE = re.compile(r"^(\d+) ([-+*]) (\d+) = (\d+) , with (\d+) for \d+ : ([\d ]+) [.!]$", re.M)
 _CHECK = re.compile(re.escape(CHECK).replace(r"\{expr\}", "(.+?)").replace(r"\{t\}", r"-?\d+"))
 
 
@@ -95,3 +98,32 @@ def format_diagnosis(d: Diagnosis) -> list[str]:
     lines = [f"executions exactly right: {d.exact} of {d.executions} ({d.exact_share:.1%})"]
     lines += [f"{verdict}: {d.verdicts[verdict]} ({d.verdicts[verdict] / n:.1%})" for verdict in VERDICTS if d.verdicts[verdict]]
     return lines
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """The executors' steps in a run: how many are right, and how many a guess would get right."""
+
+    right: int
+    steps: int
+    chance: float  # P(written == true) for a written number and a true value drawn independently
+
+    @property
+    def share(self) -> float:
+        return self.right / self.steps if self.steps else 0.0
+
+
+def arithmetic(run: Path) -> Arithmetic:
+    """Every step of every result line in a run's trajectories: `x op y = mid`, and each result of
+    `mid` with the number left, graded given the numbers the line wrote (so one slip costs one step).
+    Chance is what writing numbers with the same frequencies, but blind to the operands, would score."""
+    steps: list[tuple[int, int]] = []  # (written, true)
+    for record in iter_jsonl(run / "records.jsonl"):
+        for x, op, y, mid, rest, results in _RESULT_LINE.findall(record.get("trajectory") or ""):
+            steps.append((int(mid), apply(int(x), op, int(y))[0]))
+            steps += [(int(r), apply(int(mid), op2, int(rest))[0]) for op2, r in zip(OPS, results.split())]
+    if not steps:
+        return Arithmetic(0, 0, 0.0)
+    written, true = Counter(w for w, _ in steps), Counter(t for _, t in steps)
+    chance = sum(n * true[v] for v, n in written.items()) / len(steps) ** 2
+    return Arithmetic(sum(w == t for w, t in steps), len(steps), chance)

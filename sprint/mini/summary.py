@@ -18,7 +18,7 @@ from sprint.core.data import iter_jsonl
 from sprint.core.errors import UserError
 from sprint.core.options import add_options, config_from, option
 from sprint.format.trajectory import TrajectoryError, parse
-from sprint.mini.diagnosis import diagnose, format_diagnosis
+from sprint.mini.diagnosis import arithmetic, diagnose, format_diagnosis
 from sprint.mini.grpo import CURVE, grpo_curve
 
 GRPO_ROW = "SPRINT+GRPO stream"  # the label scripts/mini_demo.sh gives the run after GRPO
@@ -107,7 +107,9 @@ def print_summary(out: str) -> int:
             speed = f"{secs[0] / secs[1]:.2f}" if None not in secs else "–"
             print(f"  accuracy {diff:+.1f} points vs RFT (target >= -5; RFT {rft['accuracy']['value']:.1%}, target >= 60%); "
                   f"sequential tokens {ratio:.2f} x RFT's (target <= 0.6); seconds per problem {speed} x RFT's (target < 1)")
+        steps = arithmetic(run)
         print("  where the answers went:\n" + "\n".join("    " + line for line in format_diagnosis(diagnose(run))))
+        print(f"    executors' single steps right: {steps.right} of {steps.steps} ({steps.share:.1%}; chance {steps.chance:.1%})")
     grpo_summary(root, rows)
     print(f"\nreport: {root / 'evaluation' / 'report.md'}  table: {root / 'evaluation' / 'table2.json'}  "
           f"viewer: {root / 'view' / 'index.html'}")
