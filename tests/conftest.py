@@ -20,6 +20,11 @@ from tests.fake_server import FakeServer, Handler, ScriptedServer
 from tests.helpers import REPO_ROOT, SHARED_MISSING, TOKENIZER, shared_data_dir, shared_missing, tokenizer_dir
 from tests.serve_helpers import ServeProcess, router_available
 
+# `SPRINT_LOCAL_DATA=../shared/data make test` (README): subprocesses that run in a test's own folder
+# inherit the variable, so it is made absolute once, here, before any of them starts
+if os.environ.get("SPRINT_LOCAL_DATA"):
+    os.environ["SPRINT_LOCAL_DATA"] = str(shared_data_dir())
+
 TINY_MODEL_TOKENIZER = TOKENIZER
 TINY_MODEL_NAME = "tiny-qwen2"
 

@@ -20,8 +20,9 @@ SHARED_MISSING = "shared data missing"
 
 
 def shared_data_dir() -> Path:
-    """SPRINT_LOCAL_DATA, else ../shared/data beside the repo (read-only; never copy from it)."""
-    return Path(os.environ.get("SPRINT_LOCAL_DATA") or REPO_ROOT.parent / "shared" / "data")
+    """SPRINT_LOCAL_DATA, else ../shared/data beside the repo (read-only; never copy from it), made
+    absolute: tests hand it to subprocesses that run in other folders."""
+    return Path(os.environ.get("SPRINT_LOCAL_DATA") or REPO_ROOT.parent / "shared" / "data").resolve()
 
 
 def shared_missing(path: Path) -> str:

@@ -2,12 +2,12 @@
 generator would have written.
 
 The generator knows every subtask's exact work (`countdown.search`), so a trajectory's failure can be
-placed: an executor that miscomputed its pair, a plan built on a pair that found nothing, a check
-that miscopied the expression it was based on, an answer that miscopied the check. That tells a user
-which role needs more training (the executors' arithmetic, or the planner's reading of their
-results). `arithmetic` grades the executors' single steps (each operation given the numbers it was
-handed) against chance: a model trained for the minutes CI allows computes far more of them right
-than chance long before it gets a whole search right.
+placed: an executor that miscomputed its pair (or worked on another), a plan built on a pair that
+found nothing, a check that miscopied the expression it was based on, an answer that miscopied the
+check. That tells a user which role needs more training (the executors' arithmetic, or the planner's
+reading of their results). `arithmetic` grades the executors' single steps (each operation given
+the numbers it was handed) against chance: a model trained for the minutes CI allows computes far
+more of them right than chance long before it gets a whole search right.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sprint.mini.countdown import CHECK, OPS, apply, branches, search
 CORRECT = "correct"
 MALFORMED = "malformed (no strict parse or no final answer)"
 UNEXPECTED_PLAN = "plan not of the trained shape (3 pairs, then a check)"
-EXECUTION = "an execution miscomputed its pair"
+EXECUTION = "an execution is not its pair's search (miscomputed, or another pair's)"
 FAILED_PAIR = "check based on a pair that found nothing"
 CHECK_COPY = "check miscopied the expression found"
 ANSWER_COPY = "answer miscopied the check"

@@ -3,8 +3,8 @@ what the SPRINT model learned.
 
 Reads OUT/evaluation/table2.json (written by `sprint evaluate`) and the runs' records; prints the
 table, then the learned behaviour on the held-out problems (well-formed trajectories, phases with
-parallel prompts, where the wrong answers went wrong) and the paper's claims as ratios from this one run. It reports; the thresholds
-of issue 23 are printed beside the figures, never assumed.
+parallel prompts, where the wrong answers went wrong) and the paper's claims as ratios from this
+one run. It reports; the thresholds of issue 23 are printed beside the figures, never assumed.
 """
 
 from __future__ import annotations
