@@ -37,6 +37,8 @@ OPS = ("+", "-", "*")  # subtraction always takes the smaller number from the la
 INTRO = "Okay , I need {t} from {a} {b} {c} , so let me try each pair first ."
 TRY = "Keep {z} for last and try {x} and {y} first ."  # the number left first: the easiest slot to copy
 LEFT = "Then {z} is left , and I need {t} ."
+# one first operation, then its value with the number left by each operation ("!" at a hit, where it stops)
+RESULT = "{first} = {mid} , with {z} for {t} : {results} {mark}"
 FOUND = "Yes , {expr} = {t} ."
 FAILED = "None of these is {t} , so this pair does not work ."
 CHECK = "Let me check {expr} = {t} , it is correct ."
@@ -89,7 +91,7 @@ def search(pair: tuple[int, int], rest: int, target: int) -> Branch:
             if value == target:
                 hit = op2
                 break
-        lines.append(f"{first} = {mid} , with {rest} for {target} : {' '.join(results)} {'!' if hit else '.'}")
+        lines.append(RESULT.format(first=first, mid=mid, z=rest, t=target, results=" ".join(results), mark="!" if hit else "."))
         if hit and found is None:
             found = f"{rest} - ( {first} )" if hit == "-" and rest > mid else f"( {first} ) {hit} {rest}"
     lines.append(FOUND.format(expr=found, t=target) if found else FAILED.format(t=target))

@@ -20,7 +20,7 @@ from typing import Any
 
 from sprint.core.data import iter_jsonl
 from sprint.format.trajectory import TrajectoryError, parse
-from sprint.mini.countdown import CHECK, OPS, apply, branches, search
+from sprint.mini.countdown import CHECK, OPS, RESULT, apply, branches, search
 
 # the verdicts, in the order a trajectory is checked (the first that applies)
 CORRECT = "correct"
@@ -33,10 +33,20 @@ ANSWER_COPY = "answer miscopied the check"
 OTHER = "other"
 VERDICTS = (CORRECT, MALFORMED, UNEXPECTED_PLAN, EXECUTION, FAILED_PAIR, CHECK_COPY, ANSWER_COPY, OTHER)
 
+
+def _pattern(template: str, whole_line: bool = False, **fields: str) -> re.Pattern[str]:
+    """A regex of one of the generator's sentence templates, each `{field}` replaced by its pattern."""
+    pattern = re.escape(template)
+    for name, field_pattern in fields.items():
+        pattern = pattern.replace(re.escape("{" + name + "}"), field_pattern)
+    return re.compile(f"^{pattern}$" if whole_line else pattern, re.M)
+
+
 _BASED_ON = re.compile(r"execution_1\.(\d+)")
-# a result line of `countdown.search`: "x op y = mid , with rest for target : r1 r2 r3 ." (or "... r1 !")
-_RESULT_LINE = re.compile(r"^(\d+) ([-+*]) (\d+) = (\d+) , with (\d+) for \d+ : ([\d ]+) [.!]$", re.M)
-_CHECK = re.compile(re.escape(CHECK).replace(r"\{expr\}", "(.+?)").replace(r"\{t\}", r"-?\d+"))
+_CHECK = _pattern(CHECK, expr="(.+?)", t=r"-?\d+")
+# groups: x, op, y, mid, the number left, the results
+_RESULT_LINE = _pattern(RESULT, whole_line=True, first=r"(\d+) ([-+*]) (\d+)", mid=r"(\d+)", z=r"(\d+)", t=r"\d+",
+                        results=r"([\d ]+)", mark="[.!]")
 
 
 @dataclass
