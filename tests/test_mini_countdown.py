@@ -63,24 +63,44 @@ def test_a_trace_reads_as_a_planned_search() -> None:
     assert any(line.startswith("None of these is 10") for line in failed.lines)
 
 
+def test_an_answer_writes_the_larger_operand_first() -> None:
+    """One rule for every operation, as a difference is written (no rare form for the planner to miscopy)."""
+    assert make_trace((1, 1, 6), 8).expr == "6 + ( 1 + 1 )"
+    assert make_trace((1, 1, 6), 5).expr == "6 - ( 1 * 1 )"
+    assert make_trace((2, 3, 4), 1).expr == "( 2 + 3 ) - 4"
+
+
 def test_teacher_answer_covers_the_structure() -> None:
-    trace = make_trace((5, 1, 2), 8)  # only the pair 5 and 1 reaches it: (5 - 1) * 2
+    trace = make_trace((5, 1, 2), 8)  # the first pair reaches it: ( 5 + 1 ) + 2
     answer = teacher_answer(trace)
     comps = answer["components"]
     assert [c["execution"] for c in comps] == ["not found", "3-7", "9-13", "15-19", "not found"]
     assert comps[1]["prompt"] == trace.lines[1] and comps[4]["plan"] == f"{len(trace.lines)}-{len(trace.lines)}"
     assert answer["dag"] == {"1": [], "2": [1], "3": [1], "4": [1], "5": [2 + trace.winner]}
+    twice = make_trace((5, 1, 2), 8, recheck=True)
+    assert twice.lines[-3:] == ["Let me check ( 5 + 1 ) + 2 = 8 , it is correct .", "Wait , let me make sure once more .",
+                                "5 + 1 = 6 , and 6 + 2 = 8 , so it is right ."]
+    assert teacher_answer(twice)["components"][4]["plan"] == f"20-{len(twice.lines)}"  # the check holds both
+
+
+def test_a_share_of_traces_check_twice(data: Path) -> None:
+    thoughts = [row["thought"] for row in iter_jsonl(data / "train_traces.jsonl")]
+    twice = sum("let me make sure once more" in t for t in thoughts)
+    assert 0.2 < twice / len(thoughts) < 0.3  # the default share, 0.25, drawn per trace
 
 
 def test_stages_1_to_3_over_the_teacher_pack_three_parallel_pairs(data: Path, tmp_path: Path) -> None:
     """The real stages against the real teacher server: every trace packs into two phases, the three
-    pairs as parallel prompts of phase 1, the check in phase 2 based on the pair that worked."""
+    pairs as parallel prompts of phase 1, the check in phase 2 based on the pair that worked (both
+    checks, in a trace that checks twice)."""
     sprint = [sys.executable, "-m", "sprint"]
     rows = list(iter_jsonl(data / "train_traces.jsonl"))[:12]
     traces = tmp_path / "traces.jsonl"
     traces.write_text("".join(json.dumps(r) + "\n" for r in rows))
     answers = tmp_path / "answers.jsonl"
     answers.write_text("".join(line + "\n" for line in (data / "teacher.jsonl").read_text().splitlines()[:12]))
+    twice = {row["id"] for row in rows if "once more" in row["thought"]}
+    assert 0 < len(twice) < 12  # seed 3's first 12 hold both kinds
     server = subprocess.Popen([*sprint, "teacher-server", str(answers), "--port", "0"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     try:
@@ -104,6 +124,7 @@ def test_stages_1_to_3_over_the_teacher_pack_three_parallel_pairs(data: Path, tm
         assert [len(ph.prompts) for ph in traj.phases] == [3, 0]
         trace = make_trace(tuple(by_id[rec["id"]]["nums"]), by_id[rec["id"]]["target"])
         assert traj.phases[1].plan.startswith(f"Based on execution_1.{trace.winner + 1}:")
+        assert traj.phases[1].plan.endswith("so it is right .") == (rec["id"] in twice)
         assert [traj.phases[0].execution(f"1.{k}").text.split("\n")[0] for k in (1, 2, 3)] == [
             trace.lines[s] for s, _ in trace.branch_spans]  # each execution starts after its instruction line
         assert trace.expr in (traj.final_answer or "")

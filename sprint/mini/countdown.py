@@ -4,11 +4,12 @@ A problem is three numbers and a target; an answer uses each number once with + 
 what a sequential reasoning model writes when it plans an exhaustive search: it states the plan
 (try each pair first, then the third number), tries every pair one after another (each pair is an
 independent subtask: the parallelism SPRINT should find), abandons the pairs that fail, checks the
-one that works, and answers in `\\boxed{}`. The text is deliberately regular and tokenised at word
-level (every word, number and symbol separated by one space) so that a model of about a million
-parameters can learn it in minutes on a CPU; each result line repeats the number left and the
-target, because a tiny model adds, multiplies and compares far more reliably when every operand is
-a few tokens away.
+one that works (a share of the traces checks it twice, as R1 does), and answers in `\\boxed{}`.
+The text is deliberately regular and tokenised at word level (every word, number and symbol
+separated by one space) so that a model of about a million parameters can learn it in minutes on a
+CPU; each result line repeats the number left and the target, because a tiny model adds, multiplies
+and compares far more reliably when every operand is a few tokens away; an answer writes its larger
+operand first, one rule for every operation (`expression`).
 
 Because the generator writes the trace, it also knows its components and their DAG: `teacher_answer`
 gives them in the JSON / parent-dictionary formats GPT-4o answers stages 1-2 with, for the
@@ -42,6 +43,8 @@ RESULT = "{first} = {mid} , with {z} for {t} : {results} {mark}"
 FOUND = "Yes , {expr} = {t} ."
 FAILED = "None of these is {t} , so this pair does not work ."
 CHECK = "Let me check {expr} = {t} , it is correct ."
+# R1's habit of checking once more before answering (a share of the traces, --recheck-share)
+RECHECK = ("Wait , let me make sure once more .", "{first} = {mid} , and {second} = {t} , so it is right .")
 ANSWER = "The answer is \\boxed{{ {expr} }} ."
 QUESTION = "Use {a} {b} {c} to make {t} ."
 
@@ -62,6 +65,14 @@ def branches(nums: tuple[int, int, int]) -> list[tuple[tuple[int, int], int]]:
     return [((a, b), c), ((a, c), b), ((b, c), a)]
 
 
+def expression(first: str, mid: int, op: str, rest: int) -> str:
+    """The answer `(first) op rest`, the larger operand first as a difference is written: one rule for
+    every operation. (Writing the pair first except in `rest - (first)` made that form rare, 5 % of
+    answers, and the planner's check, trained a third as often as RFT's trace, copied it into the
+    common order: that one form was the whole accuracy gap at the 750-step budget.)"""
+    return f"{rest} {op} ( {first} )" if rest > mid else f"( {first} ) {op} {rest}"
+
+
 @dataclass(frozen=True)
 class Branch:
     """One pair tried: its lines (TRY, LEFT, one line per first operation, the verdict) and the
@@ -69,6 +80,7 @@ class Branch:
 
     lines: list[str]
     expr: str | None
+    recheck: list[str] | None = None  # the found expression computed once more (RECHECK)
 
 
 def search(pair: tuple[int, int], rest: int, target: int) -> Branch:
@@ -81,6 +93,7 @@ def search(pair: tuple[int, int], rest: int, target: int) -> Branch:
     x, y = pair
     lines = [TRY.format(x=x, y=y, z=rest), LEFT.format(z=rest, t=target)]
     found: str | None = None
+    recheck: list[str] | None = None
     for op1 in OPS:
         mid, first = apply(x, op1, y)
         results: list[str] = []
@@ -93,9 +106,11 @@ def search(pair: tuple[int, int], rest: int, target: int) -> Branch:
                 break
         lines.append(RESULT.format(first=first, mid=mid, z=rest, t=target, results=" ".join(results), mark="!" if hit else "."))
         if hit and found is None:
-            found = f"{rest} - ( {first} )" if hit == "-" and rest > mid else f"( {first} ) {hit} {rest}"
+            found = expression(first, mid, hit, rest)
+            second = f"{rest} {hit} {mid}" if rest > mid else f"{mid} {hit} {rest}"
+            recheck = [RECHECK[0], RECHECK[1].format(first=first, mid=mid, second=second, t=target)]
     lines.append(FOUND.format(expr=found, t=target) if found else FAILED.format(t=target))
-    return Branch(lines, found)
+    return Branch(lines, found, recheck)
 
 
 @dataclass(frozen=True)
@@ -120,21 +135,24 @@ class Trace:
         return "\n".join(self.lines)
 
 
-def make_trace(nums: tuple[int, int, int], target: int) -> Trace:
+def make_trace(nums: tuple[int, int, int], target: int, recheck: bool = False) -> Trace:
+    """`recheck`: the check is followed by the expression computed once more (RECHECK)."""
     a, b, c = nums
     lines = [INTRO.format(t=target, a=a, b=b, c=c)]
     spans: list[tuple[int, int]] = []
-    found: list[str | None] = []
+    found: list[Branch] = []
     for pair, rest in branches(nums):
         branch = search(pair, rest, target)
         spans.append((len(lines) + 1, len(lines) + len(branch.lines)))
         lines += branch.lines
-        found.append(branch.expr)
-    winner = next((i for i, e in enumerate(found) if e), None)
+        found.append(branch)
+    winner = next((i for i, b in enumerate(found) if b.expr), None)
     if winner is None:
         raise ValueError(f"{nums} cannot make {target}")
-    expr = found[winner] or ""
+    expr = found[winner].expr or ""
     lines.append(CHECK.format(expr=expr, t=target))
+    if recheck:
+        lines += found[winner].recheck or []
     return Trace(nums, target, lines, ANSWER.format(expr=expr), expr, spans, winner)
 
 
@@ -154,7 +172,8 @@ def teacher_answer(trace: Trace) -> dict[str, Any]:
             "prompt": TRY.format(x=pair[0], y=pair[1], z=rest), "execution": f"{start + 1}-{end}", "comment": "not found",
         })
     last = len(trace.lines)
-    components.append({"description": "Check the expression found", "plan": f"{last}-{last}", "prompt": "not found",
+    check = trace.branch_spans[-1][1] + 1
+    components.append({"description": "Check the expression found", "plan": f"{check}-{last}", "prompt": "not found",
                        "execution": "not found", "comment": "not found"})
     dag = {"1": [], "2": [1], "3": [1], "4": [1], "5": [2 + trace.winner]}
     return {"components": components, "dag": dag}
@@ -171,6 +190,10 @@ class MiniDataConfig:
     n_test: int = option(200, "held-out problems, drawn like the training ones and never trained on", var="N_TEST")
     n_train: int = option(0, "training traces (0: every other solvable problem)", var="N_TRAIN")
     seed: int = option(0, "seed of the draw and the shuffle", var="SEED")
+    recheck_share: float = option(
+        0.25, "share of traces that compute the answer once more after checking it, as R1 often does: a habit "
+        "that lengthens the critical path and changes no answer, the slack latency-aware GRPO can remove "
+        "(greedy decoding follows the majority, which does not)", var="RECHECK_SHARE")
 
 
 def all_problems(low: int, high: int) -> list[tuple[tuple[int, int, int], int]]:
@@ -212,10 +235,13 @@ def write_mini_data(cfg: MiniDataConfig) -> dict[str, int]:
     """Write the four files; returns their row counts."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    if not 0 <= cfg.recheck_share <= 1:
+        raise UserError(f"--recheck-share must be between 0 and 1, got {cfg.recheck_share}")
     train, test = split_problems(cfg)
+    rechecks = random.Random(f"recheck:{cfg.seed}")  # its own stream: the share changes no problem
     traces, answers, corpus = [], [], []
     for i, (nums, target) in enumerate(train):
-        trace = make_trace(nums, target)
+        trace = make_trace(nums, target, recheck=rechecks.random() < cfg.recheck_share)
         row_id = f"cd-{i:05d}"
         traces.append({"id": row_id, "question": trace.question, "thought": trace.thought,
                        "solution": trace.solution, "answer": trace.expr, "nums": list(nums), "target": target})
@@ -230,7 +256,8 @@ def write_mini_data(cfg: MiniDataConfig) -> dict[str, int]:
         "corpus.jsonl": write_jsonl(out / "corpus.jsonl", corpus),
     }
     (out / "README.txt").write_text(
-        "Generated by `sprint mini-data` (" + json.dumps({k: getattr(cfg, k) for k in ("low", "high", "n_test", "n_train", "seed")})
+        "Generated by `sprint mini-data` ("
+        + json.dumps({k: getattr(cfg, k) for k in ("low", "high", "n_test", "n_train", "seed", "recheck_share")})
         + "). teacher.jsonl holds the generator's own components and DAG, answered by a deterministic "
         "stand-in for GPT-4o (`sprint teacher-server`), not by GPT-4o.\n"
     )
