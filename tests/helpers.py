@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sprint.mini.countdown import ANSWER, CHECK, INTRO, branches, make_trace, search
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = "tokenizers/deepseek-r1-distill-qwen-7b"  # the R1-distill tokenizer, under the shared data
 # Every skip for a missing ../shared starts with this, so conftest's summary can count them.
@@ -65,3 +67,24 @@ def write_run(folder: Path, records: list[dict], *, files: dict[str, str] | None
         for pid, text in files.items():
             (folder / "trajectories" / f"{pid}.txt").write_text(text)
     return folder
+
+
+def mini_trajectory(nums: tuple[int, int, int], target: int, *, executions: list[str] | None = None,
+                    based: int | None = None, check: str | None = None, answer: str | None = None,
+                    twice: bool = False) -> str:
+    """A mini-task SPRINT trajectory as the packer lays it out (the three pairs in phase 1, the check
+    in phase 2, `twice`: followed by the recheck), for tests of what reads one; the keyword
+    arguments override one part (the executions, the pair the check is based on, the check's
+    expression, the answer)."""
+    trace = make_trace(nums, target, recheck=twice)
+    found = [search(pair, rest, target) for pair, rest in branches(nums)]
+    executions = executions or ["\n".join(b.lines[1:]) for b in found]
+    based = trace.winner + 1 if based is None else based
+    prompts = "\n\n".join(f"<prompt_1.{k}> {b.lines[0]} </prompt_1.{k}>" for k, b in enumerate(found, 1))
+    execs = "\n\n".join(f"<execution_1.{k}>\n{text}\n</execution_1.{k}>" for k, text in enumerate(executions, 1))
+    check_lines = "\n".join([CHECK.format(expr=check or trace.expr, t=target)] + (trace.lines[-2:] if twice else []))
+    a, b, c = nums
+    return (f"<Question>\n{trace.question}\n</Question>\n\n<Plan_1>\n{INTRO.format(t=target, a=a, b=b, c=c)}\n\n{prompts}\n"
+            f"</Plan_1>\n\n<Execution_1>\n{execs}\n</Execution_1>\n\n<Plan_2>\nBased on execution_1.{based}:\n"
+            f"{check_lines}\n</Plan_2>\n\n<Execution_2>\nNo prompt to execute.\n</Execution_2>\n\n"
+            f"<Final_answer>\n{ANSWER.format(expr=answer or check or trace.expr)}\n</Final_answer>")

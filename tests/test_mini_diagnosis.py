@@ -5,27 +5,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from sprint.mini.countdown import ANSWER, CHECK, INTRO, branches, make_trace, search
+from sprint.mini.countdown import branches, search
 from sprint.mini.diagnosis import (ANSWER_COPY, CHECK_COPY, CORRECT, EXECUTION, FAILED_PAIR, MALFORMED, Diagnosis,
                                    arithmetic, diagnose, judge)
+from tests.helpers import mini_trajectory
 
 NUMS, TARGET = (4, 3, 4), 19  # only the pair 4 and 4 (kept 3) reaches 19: ( 4 * 4 ) + 3
 
 
-def trajectory(executions: list[str] | None = None, based: int = 2, check: str | None = None,
-               answer: str | None = None) -> str:
-    """A SPRINT trajectory for NUMS/TARGET as the packer lays it out; arguments override one part."""
-    trace = make_trace(NUMS, TARGET)
-    found = [search(pair, rest, TARGET) for pair, rest in branches(NUMS)]
-    executions = executions or ["\n".join(b.lines[1:]) for b in found]
-    prompts = "\n\n".join(f"<prompt_1.{k}> {b.lines[0]} </prompt_1.{k}>" for k, b in enumerate(found, 1))
-    execs = "\n\n".join(f"<execution_1.{k}>\n{text}\n</execution_1.{k}>" for k, text in enumerate(executions, 1))
-    check_line = CHECK.format(expr=check or trace.expr, t=TARGET)
-    return (f"<Question>\n{trace.question}\n</Question>\n\n<Plan_1>\n{INTRO.format(t=TARGET, a=4, b=3, c=4)}\n\n{prompts}\n"
-            f"</Plan_1>\n\n<Execution_1>\n{execs}\n</Execution_1>\n\n<Plan_2>\nBased on execution_1.{based}:\n{check_line}\n"
-            f"</Plan_2>\n\n<Execution_2>\nNo prompt to execute.\n</Execution_2>\n\n"
-            f"<Final_answer>\n{ANSWER.format(expr=answer or check or trace.expr)}\n</Final_answer>")
+def trajectory(**parts: Any) -> str:
+    """A SPRINT trajectory for NUMS/TARGET as the packer lays it out; keyword arguments override one part."""
+    return mini_trajectory(NUMS, TARGET, **parts)
 
 
 def record(text: str, correct: bool = False) -> dict:

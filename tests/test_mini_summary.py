@@ -6,31 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sprint.mini.countdown import ANSWER, CHECK, INTRO, branches, make_trace, search
 from sprint.mini.summary import format_sampled, sampled
-from tests.helpers import tokenizer_dir, write_run
+from tests.helpers import mini_trajectory, tokenizer_dir, write_run
 
 PROBLEMS = {"cd-test-0000": ((4, 3, 4), 19), "cd-test-0001": ((2, 3, 4), 20)}
-
-
-def trajectory(nums: tuple[int, int, int], target: int, twice: bool) -> str:
-    """A SPRINT trajectory as the packer lays it out; `twice`: the check is followed by RECHECK."""
-    trace = make_trace(nums, target, recheck=twice)
-    found = [search(pair, rest, target) for pair, rest in branches(nums)]
-    prompts = "\n\n".join(f"<prompt_1.{k}> {b.lines[0]} </prompt_1.{k}>" for k, b in enumerate(found, 1))
-    execs = "\n\n".join(f"<execution_1.{k}>\n" + "\n".join(b.lines[1:]) + f"\n</execution_1.{k}>"
-                        for k, b in enumerate(found, 1))
-    check = "\n".join([CHECK.format(expr=trace.expr, t=target)] + (trace.lines[-2:] if twice else []))
-    return (f"<Question>\n{trace.question}\n</Question>\n\n<Plan_1>\n{INTRO.format(t=target, a=nums[0], b=nums[1], c=nums[2])}"
-            f"\n\n{prompts}\n</Plan_1>\n\n<Execution_1>\n{execs}\n</Execution_1>\n\n<Plan_2>\n"
-            f"Based on execution_1.{trace.winner + 1}:\n{check}\n</Plan_2>\n\n<Execution_2>\nNo prompt to execute.\n"
-            f"</Execution_2>\n\n<Final_answer>\n{ANSWER.format(expr=trace.expr)}\n</Final_answer>")
 
 
 def write_draws(root: Path, name: str, draws: list[dict[str, tuple[bool, bool]]]) -> None:
     """One run folder per draw: {problem id: (correct, checks twice)}."""
     for seed, draw in enumerate(draws):
-        records = [{"id": pid, "correct": ok, "trajectory": trajectory(*PROBLEMS[pid], twice=twice)}
+        records = [{"id": pid, "correct": ok, "trajectory": mini_trajectory(*PROBLEMS[pid], twice=twice)}
                    for pid, (ok, twice) in draw.items()]
         write_run(root / "runs" / "sampled" / f"{name}-seed{seed}", records)
 

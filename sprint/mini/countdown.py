@@ -65,12 +65,13 @@ def branches(nums: tuple[int, int, int]) -> list[tuple[tuple[int, int], int]]:
     return [((a, b), c), ((a, c), b), ((b, c), a)]
 
 
-def expression(first: str, mid: int, op: str, rest: int) -> str:
-    """The answer `(first) op rest`, the larger operand first as a difference is written: one rule for
-    every operation. (Writing the pair first except in `rest - (first)` made that form rare, 5 % of
-    answers, and the planner's check, trained a third as often as RFT's trace, copied it into the
-    common order: that one form was the whole accuracy gap at the 750-step budget.)"""
-    return f"{rest} {op} ( {first} )" if rest > mid else f"( {first} ) {op} {rest}"
+def expression(left: str, value: int, op: str, rest: int) -> str:
+    """`left op rest` (`left` written out, worth `value`), the larger operand first as a difference is
+    written: one rule for every operation, in the answer (`left` the pair's step in brackets) and in
+    the recheck (`left` its value). (Writing the pair first except in `rest - (first)` made that form
+    rare, 5 % of answers, and the planner's check, trained a third as often as RFT's trace, copied it
+    into the common order: that one form was the whole accuracy gap at the 750-step budget.)"""
+    return f"{rest} {op} {left}" if rest > value else f"{left} {op} {rest}"
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,8 @@ def search(pair: tuple[int, int], rest: int, target: int) -> Branch:
                 break
         lines.append(RESULT.format(first=first, mid=mid, z=rest, t=target, results=" ".join(results), mark="!" if hit else "."))
         if hit and found is None:
-            found = expression(first, mid, hit, rest)
-            second = f"{rest} {hit} {mid}" if rest > mid else f"{mid} {hit} {rest}"
+            found = expression(f"( {first} )", mid, hit, rest)
+            second = expression(str(mid), mid, hit, rest)
             recheck = [RECHECK[0], RECHECK[1].format(first=first, mid=mid, second=second, t=target)]
     lines.append(FOUND.format(expr=found, t=target) if found else FAILED.format(t=target))
     return Branch(lines, found, recheck)
