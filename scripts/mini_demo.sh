@@ -33,7 +33,7 @@ N_TEST="${N_TEST:-200}"                  # held-out problems (the issue asks for
 BASE_STEPS="${BASE_STEPS:-800}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill); 0: none
 MAX_STEPS="${MAX_STEPS:-750}"            # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps)
 FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
-EXECUTOR_ROWS="${EXECUTOR_ROWS:-stream}" # executor-view rows: stream views (the plan up to the prompt; the last one is the barrier view)
+EXECUTOR_ROWS="${EXECUTOR_ROWS:-both}"   # executor-view rows: the view each schedule sends (barrier: the whole plan; stream: the plan up to the prompt)
 PROBLEM_WORKERS="${PROBLEM_WORKERS:-1}"  # problems in flight, the same for every method: 1 measures latency
 WARMUP="${WARMUP:-12}"                   # problems run first on a fresh server and thrown away (timings only)
 SCHEDULES="${SCHEDULES:-barrier stream}" # SPRINT's schedules to run
@@ -135,6 +135,8 @@ stop_server() {
 # (drawn like the held-out ones, seed 1) comes first and is thrown away, so seconds compare warm servers
 "$SPRINT_BIN" mini-data --out "$OUT/warmup-data" --n-test "$WARMUP" --high "$HIGH" --seed 1 > /dev/null
 COMMON=(TASK=countdown-mini AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer" MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" SEED=0)
+# SPRINT's loop against the served model (every orchestrate run: 5a, 5d, 5e)
+ORCH=(PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" MAX_TOKENS=512 PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64)
 measured() {  # measured NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served, a warm-up run, then the held-out run
   local name="$1" script="$2" dir="$3"; shift 3
   if [[ "$REUSE" == 1 && -f "$dir/records.jsonl" ]]; then echo "reusing $dir"; return 0; fi
@@ -147,9 +149,8 @@ measured() {  # measured NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served
 step "5a. SPRINT on vLLM: orchestrate ($SCHEDULES), $PROBLEM_WORKERS problem(s) in flight"
 runs=()
 for schedule in $SCHEDULES; do
-  measured sprint run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" PLANNER_MODEL=sprint \
-    PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" PLANNER_TEMP=0 EXECUTOR_TEMP=0 MAX_TOKENS=512 \
-    PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64 SCHEDULE="$schedule"
+  measured sprint run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" "${ORCH[@]}" PLANNER_MODEL=sprint \
+    PLANNER_TEMP=0 EXECUTOR_TEMP=0 SCHEDULE="$schedule"
   runs+=("$OUT/runs/sprint-$schedule=SPRINT $schedule")
 done
 stop_server
@@ -171,9 +172,8 @@ if (( GRPO_STEPS > 0 )); then
     bash run_grpo.sh --save_steps "$GRPO_STEPS" --vllm_server_group_port "$(free_port)" > "$OUT/grpo-train.log" 2>&1 || { tail -n 40 "$OUT/grpo-train.log" >&2; exit 1; }
   cp -r "$(ls -d "$OUT"/grpo-train/v*/checkpoint-"$GRPO_STEPS" | tail -n 1)" "$OUT/grpo-model"
   step "5d. SPRINT after GRPO on vLLM: orchestrate (stream)"
-  measured grpo run_agent_orchestration.sh "$OUT/runs/sprint-grpo-stream" PLANNER_MODEL=grpo \
-    PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" PLANNER_TEMP=0 EXECUTOR_TEMP=0 MAX_TOKENS=512 \
-    PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64 SCHEDULE=stream
+  measured grpo run_agent_orchestration.sh "$OUT/runs/sprint-grpo-stream" "${ORCH[@]}" PLANNER_MODEL=grpo \
+    PLANNER_TEMP=0 EXECUTOR_TEMP=0 SCHEDULE=stream
   runs+=("$OUT/runs/sprint-grpo-stream=SPRINT+GRPO stream")
   step "5e. the policy GRPO trains, before and after: held-out problems sampled at T $SAMPLE_TEMP (seeds $SAMPLE_SEEDS)"
   for name in grpo sprint; do  # grpo first: it is the model being served
@@ -182,10 +182,9 @@ if (( GRPO_STEPS > 0 )); then
       if [[ "$REUSE" == 1 && -f "$dir/records.jsonl" ]]; then echo "reusing $dir"; continue; fi
       [[ "$SERVED" == "$name" ]] || { stop_server; serve "$name"; }
       rm -rf "$dir"
-      env "${COMMON[@]}" MAX_PROBLEM_WORKERS=8 SEED="$seed" TEST_DATA="$OUT/data/test.jsonl" OUT_DIR="$dir" \
-        PLANNER_MODEL="$name" PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" PLANNER_TEMP="$SAMPLE_TEMP" \
-        EXECUTOR_TEMP="$SAMPLE_TEMP" MAX_TOKENS=512 PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64 \
-        SCHEDULE=stream bash run_agent_orchestration.sh --no-cache --no-progress > /dev/null
+      env "${COMMON[@]}" "${ORCH[@]}" MAX_PROBLEM_WORKERS=8 SEED="$seed" TEST_DATA="$OUT/data/test.jsonl" \
+        OUT_DIR="$dir" PLANNER_MODEL="$name" PLANNER_TEMP="$SAMPLE_TEMP" EXECUTOR_TEMP="$SAMPLE_TEMP" SCHEDULE=stream \
+        bash run_agent_orchestration.sh --no-cache --no-progress > /dev/null
     done
   done
   stop_server

@@ -169,6 +169,28 @@ def test_bad_inputs_are_user_errors(tmp_path: Path):
         build_command(options(nproc_per_node=0))
 
 
+def test_the_mini_recipe_reads_its_own_order_of_sorted_batches(tmp_path: Path):
+    """sorted_micro_batches (finetune_mini.yaml): ms-swift reads OUTPUT_DIR/train_order.jsonl as
+    written, in micro-batches of 4 accumulated 4 times (one batch of 16 a step)."""
+    mini = dict(config=str(config_path("mini")), val_data=None, nproc_per_node=1, max_steps=30)
+    cmd = build_command(options(**mini))
+    f = flags(cmd)
+    assert f["dataset"] == ["/out/train_order.jsonl"]
+    assert f["dataset_shuffle"] == ["false"] and f["train_dataloader_shuffle"] == ["false"]
+    assert f["per_device_train_batch_size"] == ["4"] and f["gradient_accumulation_steps"] == ["4"]
+    assert cmd.order is not None and (cmd.order.train, cmd.order.batch_size, cmd.order.steps, cmd.order.seed) == (
+        "/data/train.jsonl", 16, 30, 0)
+    assert build_command(options()).order is None  # the paper's recipe reads the data as ms-swift shuffles it
+    with pytest.raises(UserError, match="one process"):
+        build_command(options(**{**mini, "nproc_per_node": 2}))
+    no_steps = tmp_path / "no-steps.yaml"
+    recipe = yaml.safe_load(config_path("mini").read_text())
+    recipe["swift"].pop("max_steps")
+    no_steps.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(UserError, match="needs max_steps"):
+        build_command(options(**{**mini, "config": str(no_steps), "max_steps": None}))
+
+
 def test_to_argv_follows_ms_swift_yaml_rules():
     argv = to_argv({"a": True, "b": False, "c": [1, "x"], "d": {"k": 1}, "e": 0.5})
     assert argv == ["--a", "true", "--b", "false", "--c", "1", "x", "--d", '{"k": 1}', "--e", "0.5"]
@@ -209,6 +231,18 @@ def test_run_checks_data_then_runs_swift(tmp_path: Path, tok_dir: Path, monkeypa
     assert called[0] == "NPROC_PER_NODE=unset"
     assert called[1:] == build_command(opts, swift).argv[1:]
     assert (tmp_path / "out" / "swift_command.sh").read_text().strip() == build_command(opts, swift).shell()
+
+
+def test_run_writes_the_order_before_swift_starts(tmp_path: Path):
+    train, _ = write_data(tmp_path / "data", n_train=40)
+    swift = fake_swift(tmp_path)
+    opts = options(config=str(config_path("mini")), train_data=str(train), val_data=None, nproc_per_node=1,
+                   max_steps=5, output_dir=str(tmp_path / "out"))
+    assert run_finetune(opts, swift, check_data=False) == 0
+    order = (tmp_path / "out" / "train_order.jsonl").read_text().splitlines()
+    assert len(order) == 5 * 16 and set(order) <= set(train.read_text().splitlines())
+    assert "--dataset" in (called := (tmp_path / "called.txt").read_text().splitlines())
+    assert called[called.index("--dataset") + 1] == str(tmp_path / "out" / "train_order.jsonl")
 
 
 def test_run_refuses_bad_data_before_starting_swift(tmp_path: Path, tok_dir: Path):
@@ -361,3 +395,28 @@ def test_tiny_model_trains_on_cpu_through_run_finetune_sh(swift_bin: Path, tmp_p
     assert state["global_step"] == 2 and state["best_metric"] == pytest.approx(eval_losses[0])
     args = json.loads((out / "args.json").read_text())
     assert args["template"] == "deepseek_r1" and args["tuner_type"] == "full"
+
+
+@pytest.mark.swift
+@pytest.mark.slow
+def test_sorted_micro_batches_take_the_step_of_the_whole_batch(swift_bin: Path, tmp_path: Path, request):
+    """The mini recipe's order file read by ms-swift as micro-batches of 1 row accumulated 4 times
+    logs the losses of the same batches read whole: the step does not depend on the cut."""
+    tiny_model_dir = request.getfixturevalue("tiny_model_dir")
+    train, _ = write_data(tmp_path / "data", n_train=12)
+    losses = {}
+    for per_device in (1, 4):
+        recipe = yaml.safe_load(config_path("mini").read_text())
+        recipe["global_batch_size"] = 4
+        recipe["swift"].update(per_device_train_batch_size=per_device, logging_steps=1, save_strategy="no")
+        config = tmp_path / f"mini-{per_device}.yaml"
+        config.write_text(yaml.safe_dump(recipe))
+        out = tmp_path / f"out-{per_device}"
+        opts = FinetuneOptions(model=str(tiny_model_dir), train_data=str(train), output_dir=str(out), config=str(config),
+                               max_steps=3, learning_rate=1e-3)
+        assert run_finetune(opts, swift_bin, check_data=False) == 0
+        logs = [json.loads(line) for line in (out / "logging.jsonl").read_text().splitlines()]
+        losses[per_device] = [r["loss"] for r in logs if "loss" in r and "train_runtime" not in r]
+    assert len(losses[1]) == 3 and all(math.isfinite(x) for x in losses[1])
+    assert losses[1] == pytest.approx(losses[4], rel=1e-4)
+    assert losses[1][0] != pytest.approx(losses[1][2], rel=1e-3)  # the weights moved between the steps

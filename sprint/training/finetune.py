@@ -31,6 +31,7 @@ from sprint.core.data import missing_path_message
 from sprint.core.errors import UserError
 from sprint.core.options import add_options, config_from, flag_name, option
 from sprint.core.resources import SWIFT_ENV, config_file
+from sprint.training.batches import ORDER_FILE, write_batch_order
 from sprint.training.sft_check import check_sft
 
 TUNERS = ("full", "lora")
@@ -57,11 +58,13 @@ def config_path(tuner: str) -> Path:
 
 @dataclass
 class Recipe:
-    """A training recipe from sprint/configs/: ms-swift arguments plus the global batch size to keep."""
+    """A training recipe from sprint/configs/: ms-swift arguments plus the global batch size to keep,
+    and whether each batch is sorted into micro-batches of like length (sprint.training.batches)."""
 
     swift_args: dict[str, Any]
     global_batch_size: int = 16
     path: str = ""
+    sorted_micro_batches: bool = False
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -78,7 +81,10 @@ def load_recipe(path: str | Path) -> Recipe:
     batch = data.get("global_batch_size", 16)
     if not isinstance(batch, int) or batch < 1:
         raise UserError(f"{path}: global_batch_size must be a positive integer, got {batch!r}")
-    return Recipe(dict(args), batch, str(path))
+    sort = data.get("sorted_micro_batches", False)
+    if not isinstance(sort, bool):
+        raise UserError(f"{path}: sorted_micro_batches must be true or false, got {sort!r}")
+    return Recipe(dict(args), batch, str(path), sort)
 
 
 def _optional(kind: type):
@@ -147,9 +153,21 @@ class FinetuneRun:
 
 
 @dataclass
+class BatchOrder:
+    """The file of rows in training order that the command reads (written before it runs)."""
+
+    train: str
+    out: str
+    batch_size: int
+    steps: int
+    seed: int
+
+
+@dataclass
 class SwiftCommand:
     argv: list[str]
     env: dict[str, str]  # variables to add to the environment (NPROC_PER_NODE for torchrun)
+    order: BatchOrder | None = None
 
     def shell(self) -> str:
         """The command as one copy-pasteable shell line."""
@@ -205,7 +223,25 @@ def resolve_swift_args(options: FinetuneOptions, recipe: Recipe) -> dict[str, An
     gpus = options.nproc_per_node * options.nnodes
     args["gradient_accumulation_steps"] = max(1, math.ceil(recipe.global_batch_size / (gpus * per_device)))
     args["output_dir"] = options.output_dir
+    if recipe.sorted_micro_batches:
+        if gpus > 1:
+            raise UserError(f"{recipe.path}: sorted_micro_batches is for one process; unset it for NPROC_PER_NODE/NNODES > 1")
+        if int(args.get("max_steps", -1)) <= 0:
+            raise UserError(f"{recipe.path}: sorted_micro_batches needs max_steps (MAX_STEPS): the order file holds that many batches")
+        # ms-swift reads the batches as written: no shuffle at load, none in the sampler
+        args["dataset"] = [str(Path(options.output_dir) / ORDER_FILE)]
+        args["dataset_shuffle"] = False
+        args["train_dataloader_shuffle"] = False
     return args
+
+
+def order_for(options: FinetuneOptions, recipe: Recipe, args: dict[str, Any]) -> BatchOrder | None:
+    """What the order file must hold for these resolved arguments (None without sorted micro-batches)."""
+    if not recipe.sorted_micro_batches:
+        return None
+    return BatchOrder(options.train_data, args["dataset"][0],
+                      int(args.get("per_device_train_batch_size", 1)) * args["gradient_accumulation_steps"],
+                      int(args["max_steps"]), int(args.get("data_seed", args.get("seed", 42))))
 
 
 def to_argv(args: dict[str, Any]) -> list[str]:
@@ -243,7 +279,7 @@ def build_command(options: FinetuneOptions, swift_bin: str | Path | None = None)
     if options.nnodes > 1:
         env.update({"NNODES": str(options.nnodes), "NODE_RANK": str(options.node_rank),
                     "MASTER_ADDR": str(options.master_addr), "MASTER_PORT": str(options.master_port)})
-    return SwiftCommand(argv, env)
+    return SwiftCommand(argv, env, order_for(options, recipe, args))
 
 
 def node_commands(options: FinetuneOptions, swift_bin: str | Path | None = None) -> list[SwiftCommand]:
@@ -382,6 +418,10 @@ def run_finetune(
     if dry_run:
         return 0
     Path(options.output_dir).mkdir(parents=True, exist_ok=True)
+    if command.order:
+        o = command.order
+        write_batch_order(o.train, o.out, o.batch_size, o.steps, o.seed)
+        print(f"{o.out}: {o.steps} batches of {o.batch_size} rows of {o.train}, each sorted by length", flush=True)
     (Path(options.output_dir) / "swift_command.sh").write_text(command.shell() + "\n", encoding="utf-8")
     return subprocess.run(command.argv, env=command_env(command)).returncode
 
