@@ -86,9 +86,18 @@ step "4a. the project's own tokenizer and one random-init model"
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" \
   --num-heads "$HEADS" --num-kv-heads "$HEADS" --seed 0
 
+same_vocab() {  # same_vocab DIR: DIR/tokenizer.json has the vocabulary of OUT/tokenizer
+  "$PY" -c 'import json, sys; v = lambda d: json.load(open(d + "/tokenizer.json"))["model"]["vocab"]
+sys.exit(v(sys.argv[1]) != v(sys.argv[2]))' "$OUT/tokenizer" "$1"
+}
 train() {  # train NAME FROM TRAIN_FILE STEPS [LR]: swift sft of OUT/FROM into OUT/NAME-model
   local name="$1" from="$2" data="$3" steps="$4" lr="${5:-}"
-  if [[ "$REUSE" == 1 && -f "$OUT/$name-model/config.json" ]]; then echo "reusing $OUT/$name-model"; return 0; fi
+  if [[ "$REUSE" == 1 && -f "$OUT/$name-model/config.json" ]]; then
+    # the tokenizer is learned from the packed rows too: other packing options, another vocabulary
+    same_vocab "$OUT/$name-model" || { echo "$OUT/$name-model was trained with another tokenizer than the one" \
+      "just built from this data (a setting of the data or packing changed): run without REUSE=1" >&2; exit 1; }
+    echo "reusing $OUT/$name-model"; return 0
+  fi
   rm -rf "$OUT/$name-train"
   # what was made from an earlier SPRINT model goes with it (make demo-grpo would reuse it)
   if [[ "$name" == sprint ]]; then rm -rf "$OUT/grpo-train" "$OUT/grpo-model" "$OUT/runs/sprint-grpo-stream" "$OUT/runs/sampled"; fi
