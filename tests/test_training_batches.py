@@ -53,3 +53,6 @@ def test_too_few_rows_for_a_batch_is_a_user_error(tmp_path: Path):
     train.write_text("".join(rows(8)).rstrip("\n"))  # no newline at the end
     out = write_batch_order(train, tmp_path / "run" / "order.jsonl", batch_size=4, steps=2, seed=0)
     assert sorted(out.read_text().splitlines()) == sorted(line.strip() for line in rows(8))
+    train.write_text("".join(rows(8)) + "{not json\n")
+    with pytest.raises(UserError, match="line 9: not a JSON row"):
+        write_batch_order(train, tmp_path / "run" / "order.jsonl", batch_size=4, steps=2, seed=0)

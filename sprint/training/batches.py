@@ -50,8 +50,12 @@ def batch_order(lines: list[str], batch_size: int, steps: int, seed: int) -> lis
 
 def write_batch_order(train: str | Path, out: str | Path, batch_size: int, steps: int, seed: int) -> Path:
     """batch_order of the rows of `train` (a .jsonl) into `out`; returns `out`."""
-    lines = [line if line.endswith("\n") else line + "\n"
-             for line in Path(train).read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = [line + "\n" for line in Path(train).read_text(encoding="utf-8").splitlines() if line.strip()]
+    for number, line in enumerate(lines, 1):  # the data check does this too, but --skip-check skips it
+        try:
+            json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{train}, line {number}: not a JSON row ({exc.msg}); fix the data to sort its batches") from None
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(batch_order(lines, batch_size, steps, seed)), encoding="utf-8")
