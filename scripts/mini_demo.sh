@@ -82,7 +82,8 @@ DATA="$OUT/dag" OUT_DIR="$OUT/sft" TEST_FRAC=0.02 AGENT_PROMPT=none EXECUTOR_ROW
   bash run_finetuning_data_preparation.sh
 
 step "4a. the project's own tokenizer and one random-init model"
-"$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl"
+# learned from the text of exactly the rows both models train on (the packed rows teach the plans' wording)
+"$SPRINT_BIN" mini-tokenizer "$OUT/sft/train.jsonl" "$OUT/sft/sequential_train.jsonl" --out "$OUT/tokenizer" --extra-text none
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" \
   --num-heads "$HEADS" --num-kv-heads "$HEADS" --seed 0
 
