@@ -28,7 +28,7 @@ SERVED = "mini-qwen2"
 def mini_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("mini")
     (root / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus_rows()))
-    make_tokenizer(MiniTokenizerConfig(corpus=str(root / "corpus.jsonl"), out=str(root / "tok"),
+    make_tokenizer(MiniTokenizerConfig(corpus=[str(root / "corpus.jsonl")], out=str(root / "tok"),
                                        fields="question,thought,messages"))
     return root / "tok"
 
@@ -66,7 +66,7 @@ def test_spec_takes_vocabulary_and_special_tokens_from_the_tokenizer(mini_tokeni
 
 def test_a_tokenizer_transformers_would_rebuild_is_refused_for_qwen2(tmp_path: Path) -> None:
     (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus_rows(10)))
-    make_tokenizer(MiniTokenizerConfig(corpus=str(tmp_path / "corpus.jsonl"), out=str(tmp_path / "tok"),
+    make_tokenizer(MiniTokenizerConfig(corpus=[str(tmp_path / "corpus.jsonl")], out=str(tmp_path / "tok"),
                                        fields="question,thought", pipeline="exact"))
     cfg = small(tmp_path / "tok", tmp_path / "m")
     with pytest.raises(UserError, match="--architecture qwen3"):

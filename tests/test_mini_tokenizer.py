@@ -49,7 +49,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def build(corpus: Path, out: Path, pipeline: str) -> tuple[Path, dict]:
-    cfg = MiniTokenizerConfig(corpus=str(corpus), out=str(out), fields="question,thought,messages", pipeline=pipeline)
+    cfg = MiniTokenizerConfig(corpus=[str(corpus)], out=str(out), fields="question,thought,messages", pipeline=pipeline)
     return out, make_tokenizer(cfg)
 
 
@@ -159,6 +159,27 @@ def test_same_corpus_same_files(built: tuple[Path, dict], corpus: Path, tmp_path
     assert "tokens per text" in done.stdout
     for name in FILES:
         assert (tmp_path / "t" / name).read_bytes() == (folder / name).read_bytes(), name
+
+
+def test_several_corpus_files(corpus: Path, tmp_path: Path) -> None:
+    """Several corpus files (both models' training rows: README "The tokenizer's corpus"): every file's texts
+    count, and a file without text is named in a one-line error (nothing written)."""
+    rows = [{"messages": [{"role": "assistant", "content": f"Meanwhile , {n} wobbles ."}]} for n in range(3)]
+    second = tmp_path / "second.jsonl"
+    second.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = lambda out, *files: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "sprint", "mini-tokenizer", *map(str, files), "--out", str(out),
+         "--fields", "question,thought,messages"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = run(tmp_path / "t", corpus, second)
+    assert done.returncode == 0, done.stderr
+    fast = Tokenizer.from_file(str(tmp_path / "t" / "tokenizer.json"))
+    assert len(fast.encode(" wobbles", add_special_tokens=False).ids) == 1  # a word only the second file holds
+    assert json.loads((tmp_path / "t" / "mini_tokenizer.json").read_text())["corpus"]["texts"] == 60 * 4 + 3
+    empty = tmp_path / "no_text.jsonl"
+    empty.write_text(json.dumps({"id": "1"}) + "\n")
+    failed = run(tmp_path / "unused", corpus, empty)
+    assert failed.returncode != 0 and f"{empty} has no text in the columns" in failed.stderr
+    assert len(failed.stderr.strip().splitlines()) == 1 and not (tmp_path / "unused").exists()
 
 
 def test_every_loader_reads_it(built: tuple[Path, dict]) -> None:

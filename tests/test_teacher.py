@@ -104,7 +104,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[d
 @pytest.fixture(scope="module")
 def mini_tokenizer(traces: tuple[Path, Path, list[dict]], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tok")
-    make_tokenizer(MiniTokenizerConfig(corpus=str(traces[0]), out=str(out), fields="question,thought,solution"))
+    make_tokenizer(MiniTokenizerConfig(corpus=[str(traces[0])], out=str(out), fields="question,thought,solution"))
     return out
 
 

@@ -119,6 +119,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type, skip: Sequence[str] 
                 kwargs["choices"] = list(meta["choices"])
             if meta["metavar"]:
                 kwargs["metavar"] = meta["metavar"]
+            if typing.get_origin(ftype) is list:  # a list field takes one or more values
+                kwargs["nargs"] = "+"
         if not flags[0].startswith("-"):  # a positional (flags=("name",)): argparse names it and takes no `required`
             kwargs.pop("dest")
             kwargs.pop("required", None)

@@ -85,7 +85,8 @@ def sprint_tags(max_phase: int = 12, max_prompt: int = 8) -> list[str]:
 class MiniTokenizerConfig:
     """What the tokenizer is learned from and what it must hold."""
 
-    corpus: str = option(help="texts to learn from: a .jsonl/.json/.parquet file or a stage folder", flags=("corpus",))
+    corpus: list[str] = option(help="texts to learn from: .jsonl/.json/.parquet files or stage folders (one or more)",
+                               flags=("corpus",))
     out: str = option(help="folder to write tokenizer.json, tokenizer_config.json, special_tokens_map.json into",
                       flags=("--out", "-o"))
     fields: str = option(DEFAULT_FIELDS, "comma-separated columns holding text; a list column (chat `messages`) "
@@ -131,11 +132,15 @@ def row_texts(row: dict[str, Any], fields: Sequence[str]) -> Iterator[str]:
                 yield text
 
 
-def read_corpus(source: str, fields: Sequence[str]) -> list[str]:
-    rows = load_rows(source, split=None, flag="CORPUS")
-    texts = [t for row in rows for t in row_texts(row, fields)]
-    if not texts:
-        raise UserError(f"{source} has no text in the columns {', '.join(fields)}; name the text columns with --fields")
+def read_corpus(sources: Sequence[str], fields: Sequence[str]) -> list[str]:
+    texts = []
+    for source in sources:
+        rows = load_rows(source, split=None, flag="CORPUS")
+        found = [t for row in rows for t in row_texts(row, fields)]
+        if not found:
+            raise UserError(f"{source} has no text in the columns {', '.join(fields)}; "
+                            "name the text columns with --fields")
+        texts += found
     return texts
 
 
