@@ -12,13 +12,14 @@ held-out problems, not that commands exit 0:
   calls of one phase actually ran at the same time (their measured start/end overlap);
 - the executors' arithmetic: of the steps their result lines write (`x op y = mid`, then `mid` with
   the number left), >= 70 % right given the numbers the line wrote, and > 3 x chance (numbers
-  written with the same frequencies, blind to the operands). Measured: 96.2 % against 8.5 %.
+  written with the same frequencies, blind to the operands). Measured in two runs of the same code: 96.2 %
+  against 8.5 %, and 85.3 % against 7.9 % (training on this CPU is not bit-for-bit repeatable).
 
 Task accuracy is printed, not asserted, and why: in the minutes CI allows, the model learns the
 format, the parallel plan and nearly every single step, but a whole search only now and then, and
-not to copy the question's numbers (measured: 16 % of the 50 held-out problems, about the 15 % a
-well-formed random candidate expression scores, `chance_accuracy`; 37 of 150 executions exactly
-right; a base of 150 steps plus a 5e-4 fine-tune gave 0 % and a malformed plan). Accuracy against
+not to copy the question's numbers (measured: 16 % and 4 % of the 50 held-out problems in two runs,
+about the 15 % a well-formed random candidate expression scores, `chance_accuracy`; 37 and 18 of 150
+executions exactly right; a base of 150 steps plus a 5e-4 fine-tune gave 0 % and a malformed plan). Accuracy against
 RFT is what `make demo` measures (README, "The experiment in miniature").
 
 Then a short latency-aware GRPO run from that model (`sprint grpo --cpu`, the demo's recipe cut
@@ -50,10 +51,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.swift, pytest.mark.slow]
 
 HIGH, N_TEST = 4, 50
 BASE_STEPS, MAX_STEPS, GRPO_STEPS = 0, 190, 3
-# the executors' single steps right (`diagnosis.arithmetic`): measured 96.2 % (1,554 of 1,615) against a
-# chance of 8.5 % (both executor views, sorted micro-batches; 67.2 % before them); the floor leaves room
-# for another platform's numerics and stays far above chance
-ARITHMETIC_FLOOR = 0.7
+# the executors' single steps right (`diagnosis.arithmetic`): measured 96.2 % (1,554 of 1,615) and 85.3 %
+# (1,445 of 1,694) in two runs of the same code, against a chance of 8 % (both executor views, sorted
+# micro-batches; 67.2 % before them); the floor leaves room for the spread between runs and stays far above chance
+ARITHMETIC_FLOOR = 0.6
 RL_VENV = Path(os.environ.get("RL_VENV", REPO / ".venv-rl"))
 
 
