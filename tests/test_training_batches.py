@@ -16,6 +16,11 @@ from sprint.core.errors import UserError
 from sprint.training.batches import batch_order, row_length, write_batch_order
 
 
+def ordered(lines: list[str], batch_size: int, steps: int, seed: int) -> list[str]:
+    """The rows themselves in batch_order."""
+    return [lines[i] for i in batch_order([row_length(line) for line in lines], batch_size, steps, seed)]
+
+
 def rows(n: int) -> list[str]:
     """Rows of lengths 1..n (in characters) in a shuffled-looking order, each a distinct line."""
     return [json.dumps({"messages": [{"role": "user", "content": "q" * (1 + (7 * i) % n)},
@@ -24,7 +29,7 @@ def rows(n: int) -> list[str]:
 
 def test_batches_are_random_draws_sorted_inside():
     lines = rows(20)
-    order = batch_order(lines, batch_size=4, steps=12, seed=0)
+    order = ordered(lines, batch_size=4, steps=12, seed=0)
     assert len(order) == 12 * 4
     batches = [order[i:i + 4] for i in range(0, len(order), 4)]
     for batch in batches:
@@ -40,15 +45,15 @@ def test_batches_are_random_draws_sorted_inside():
 
 def test_the_remainder_of_a_pass_is_left_out_and_the_order_is_seeded():
     lines = rows(10)  # two batches of 4 a pass, 2 rows left out
-    order = batch_order(lines, batch_size=4, steps=3, seed=1)
+    order = ordered(lines, batch_size=4, steps=3, seed=1)
     assert len(order) == 12 and len(set(order[:8])) == 8
-    assert order == batch_order(lines, batch_size=4, steps=3, seed=1)
-    assert order != batch_order(lines, batch_size=4, steps=3, seed=2)
+    assert order == ordered(lines, batch_size=4, steps=3, seed=1)
+    assert order != ordered(lines, batch_size=4, steps=3, seed=2)
 
 
 def test_too_few_rows_for_a_batch_is_a_user_error(tmp_path: Path):
     with pytest.raises(UserError, match="at least one batch of 16"):
-        batch_order(rows(5), batch_size=16, steps=1, seed=0)
+        ordered(rows(5), batch_size=16, steps=1, seed=0)
     train = tmp_path / "train.jsonl"
     train.write_text("".join(rows(8)).rstrip("\n"))  # no newline at the end
     out = write_batch_order(train, tmp_path / "run" / "order.jsonl", batch_size=4, steps=2, seed=0)

@@ -30,33 +30,33 @@ def row_length(line: str) -> int:
     return sum(len(str(m.get("content", ""))) for m in json.loads(line).get("messages", []))
 
 
-def batch_order(lines: list[str], batch_size: int, steps: int, seed: int) -> list[str]:
-    """steps batches of batch_size rows: each pass over the data a fresh permutation cut into
-    batches (the remainder left out, as drop_last does), each batch sorted longest first."""
-    per_pass = len(lines) // batch_size
+def batch_order(lengths: list[int], batch_size: int, steps: int, seed: int) -> list[int]:
+    """The rows (indexes into `lengths`) of steps batches of batch_size: each pass over the data a
+    fresh permutation cut into batches (the remainder left out, as drop_last does), each batch sorted
+    longest first."""
+    per_pass = len(lengths) // batch_size
     if per_pass == 0:
-        raise UserError(f"sorted micro-batches need at least one batch of {batch_size} rows; the data has {len(lines)}")
-    lengths = [row_length(line) for line in lines]
+        raise UserError(f"sorted micro-batches need at least one batch of {batch_size} rows; the data has {len(lengths)}")
     rng = random.Random(seed)
-    order: list[str] = []
+    order: list[int] = []
     for _ in range(math.ceil(steps / per_pass)):
-        index = list(range(len(lines)))
+        index = list(range(len(lengths)))
         rng.shuffle(index)
         for start in range(0, per_pass * batch_size, batch_size):
-            batch = sorted(index[start:start + batch_size], key=lambda i: -lengths[i])
-            order.extend(lines[i] for i in batch)
+            order.extend(sorted(index[start:start + batch_size], key=lambda i: -lengths[i]))
     return order[: steps * batch_size]
 
 
 def write_batch_order(train: str | Path, out: str | Path, batch_size: int, steps: int, seed: int) -> Path:
-    """batch_order of the rows of `train` (a .jsonl) into `out`; returns `out`."""
+    """The rows of `train` (a .jsonl) in batch_order into `out`; returns `out`."""
     lines = [line + "\n" for line in Path(train).read_text(encoding="utf-8").splitlines() if line.strip()]
-    for number, line in enumerate(lines, 1):  # the data check does this too, but --skip-check skips it
+    lengths = []
+    for number, line in enumerate(lines, 1):  # the data check parses the rows too, but --skip-check skips it
         try:
-            json.loads(line)
+            lengths.append(row_length(line))
         except json.JSONDecodeError as exc:
             raise UserError(f"{train}, line {number}: not a JSON row ({exc.msg}); fix the data to sort its batches") from None
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(batch_order(lines, batch_size, steps, seed)), encoding="utf-8")
+    out.write_text("".join(lines[i] for i in batch_order(lengths, batch_size, steps, seed)), encoding="utf-8")
     return out
