@@ -11,9 +11,10 @@ held-out problems, not that commands exit 0:
 - >= 80 % of those with a phase of >= 2 prompts, and in >= 80 % of the problems >= 2 executor
   calls of one phase actually ran at the same time (their measured start/end overlap);
 - the executors' arithmetic: of the steps their result lines write (`x op y = mid`, then `mid` with
-  the number left), >= 70 % right given the numbers the line wrote, and > 3 x chance (numbers
+  the number left), >= 60 % right given the numbers the line wrote, and > 3 x chance (numbers
   written with the same frequencies, blind to the operands). Measured in two runs of the same code: 96.2 %
-  against 8.5 %, and 85.3 % against 7.9 % (training on this CPU is not bit-for-bit repeatable).
+  against 8.5 %, and 85.3 % against 7.9 % (the packed rows' order, so each seeded batch, follows the order
+  in which stages 1-2's concurrent answers came back).
 
 Task accuracy is printed, not asserted, and why: in the minutes CI allows, the model learns the
 format, the parallel plan and nearly every single step, but a whole search only now and then, and
