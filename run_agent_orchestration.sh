@@ -32,6 +32,7 @@ TASK="${TASK:-}"                                          # math | gpqa | countd
 
 MAX_PHASES="${MAX_PHASES:-}"                              # the answer is forced at this phase
 MAX_PROBLEM_WORKERS="${MAX_PROBLEM_WORKERS:-}"
+TIMED_PROBLEMS="${TIMED_PROBLEMS:-}"                      # the first N run one at a time (latency)
 MAX_EXECUTION_WORKERS="${MAX_EXECUTION_WORKERS:-}"
 MAX_TOKENS="${MAX_TOKENS:-}"                              # per executor call and for the final answer
 PROMPT_MODE="${PROMPT_MODE:-}"                            # chat (training format) | raw (the authors' runs)
@@ -73,6 +74,7 @@ flag --range "$RANGE"
 flag --task "$TASK"
 flag --max-phases "$MAX_PHASES"
 flag --max-problem-workers "$MAX_PROBLEM_WORKERS"
+flag --timed-problems "$TIMED_PROBLEMS"
 flag --max-execution-workers "$MAX_EXECUTION_WORKERS"
 flag --max-tokens "$MAX_TOKENS"
 flag --prompt-mode "$PROMPT_MODE"

@@ -24,6 +24,7 @@ RANGE="${RANGE:-}"                                        # START:END of the row
 TASK="${TASK:-}"
 
 MAX_PROBLEM_WORKERS="${MAX_PROBLEM_WORKERS:-}"
+TIMED_PROBLEMS="${TIMED_PROBLEMS:-}"                      # the first N run one at a time (latency)
 PROMPT_MODE="${PROMPT_MODE:-}"                            # chat | raw
 API="${API:-}"                                            # completions | chat
 TOKENIZER="${TOKENIZER:-}"
@@ -55,6 +56,7 @@ flag --subset "$SUBSET"
 flag --range "$RANGE"
 flag --task "$TASK"
 flag --max-problem-workers "$MAX_PROBLEM_WORKERS"
+flag --timed-problems "$TIMED_PROBLEMS"
 flag --prompt-mode "$PROMPT_MODE"
 flag --api "$API"
 flag --tokenizer "$TOKENIZER"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stage 4: fine-tune an R1-Distill model on the SPRINT trajectories with ms-swift 4.x.
 # Checks the data (sprint check-sft), then runs `swift sft` with the paper's recipe from
-# sprint/configs/finetune_${TUNER}.yaml: full fine-tuning, 5 epochs, per-device batch 1 (global 16),
+# configs/finetune_${TUNER}.yaml: full fine-tuning, 5 epochs, per-device batch 1 (global 16),
 # bf16, DeepSpeed ZeRO-3, 5% warmup then linear decay, eval + save every 100 steps keeping the
 # best checkpoint by eval loss (OUTPUT_DIR/best). Needs .venv-swift: bash scripts/install_swift.sh
 #
@@ -25,7 +25,7 @@ TRAIN_DATA="${TRAIN_DATA:-$DATA_DIR/train.jsonl}"
 VAL_DATA="${VAL_DATA-$DATA_DIR/test.jsonl}"                # set but empty: no evaluation, no best checkpoint
 OUTPUT_DIR="${OUTPUT_DIR:-outputs/finetune}"
 TUNER="${TUNER:-}"                                         # full (the paper) | lora
-CONFIG="${CONFIG:-}"                                       # empty: sprint/configs/finetune_${TUNER}.yaml
+CONFIG="${CONFIG:-}"                                       # empty: configs/finetune_${TUNER}.yaml
 NPROC_PER_NODE="${NPROC_PER_NODE:-8}"                      # this script targets the paper's 8-GPU node (the CLI: 1)
 # Several nodes: run this script on every node with the same settings and its own NODE_RANK, e.g.
 #   NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 ./run_finetune.sh   # on 10.0.0.1

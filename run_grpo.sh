@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Latency-aware RL of a SPRINT model: GRPO with ms-swift whose rollouts are SPRINT planner/executor
-# runs and whose reward pays for a shorter critical path (sprint/configs/grpo.yaml; sprint/rl/).
+# runs and whose reward pays for a shorter critical path (configs/grpo.yaml; sprint/rl/).
 # 1. builds the GRPO rows (question, gold, task, reference length) from DATA;
 # 2. starts `swift rollout` (vLLM async engine + the sprint scheduler plugin) unless ROLLOUT_URL is set;
 # 3. runs `swift rlhf --rlhf_type grpo` against it with the correctness/format/latency rewards.
@@ -34,7 +34,7 @@ RANGE="${RANGE:-}"                       # start:end slice of the problems
 REFERENCE_RUN="${REFERENCE_RUN:-}"       # a `sprint baseline` run: each problem's sequential length
 REFERENCE_COLUMN="${REFERENCE_COLUMN:-}" # ... or a data column holding it
 OUTPUT_DIR="${OUTPUT_DIR:-outputs/grpo}"
-CONFIG="${CONFIG:-}"                     # empty: sprint/configs/grpo.yaml
+CONFIG="${CONFIG:-}"                     # empty: configs/grpo.yaml
 NPROC_PER_NODE="${NPROC_PER_NODE:-1}"    # trainer processes per node
 NNODES="${NNODES:-1}"
 ROLLOUT_HOST="${ROLLOUT_HOST:-127.0.0.1}"

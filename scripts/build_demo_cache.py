@@ -8,7 +8,7 @@ stage's default sampling, `sprint.llm.client.cache_key`) and stores the answer u
 client's own cache format. Stage 2's request is built from the components parsed out of the
 stage-1 answer, exactly as stage 1 records them.
 
-Editing a prompt template (sprint/prompts/), the line splitter or a stage default changes the
+Editing a prompt template (prompts/), the line splitter or a stage default changes the
 requests, so the cache must then be rebuilt (tests/test_demo_data.py fails until it is):
 
     python scripts/build_demo_cache.py            # rewrite examples/demo/llm_cache

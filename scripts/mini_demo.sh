@@ -34,15 +34,18 @@ BASE_STEPS="${BASE_STEPS:-800}"          # the base reasoner's steps on the sequ
 MAX_STEPS="${MAX_STEPS:-750}"            # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps)
 FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
 EXECUTOR_ROWS="${EXECUTOR_ROWS:-both}"   # executor-view rows: the view each schedule sends (barrier: the whole plan; stream: the plan up to the prompt)
-PROBLEM_WORKERS="${PROBLEM_WORKERS:-1}"  # problems in flight, the same for every method: 1 measures latency
-WARMUP="${WARMUP:-12}"                   # problems run first on a fresh server and thrown away (timings only)
+TIMED="${TIMED:-50}"                     # the first held-out problems, run one at a time: the seconds column (latency)
+PROBLEM_WORKERS="${PROBLEM_WORKERS:-8}"  # problems in flight after them (answers and tokens only), the same for every method
+WARMUP="${WARMUP:-4}"                    # problems run first on a fresh server, one at a time, and thrown away
 SCHEDULES="${SCHEDULES:-barrier stream}" # SPRINT's schedules to run
 RFT="${RFT:-1}"                          # 0: SPRINT only (the CI-sized variant, tests/test_mini_learns.py)
 GRPO_STEPS="${GRPO_STEPS:-0}"            # latency-aware GRPO steps from the SPRINT model (2 problems x 8 rollouts each; make demo-grpo); 0: none
 RECHECK_SHARE="${RECHECK_SHARE:-0.25}"   # share of traces that check the answer twice (R1's habit): the latency slack GRPO can remove
 SAMPLE_SEEDS="${SAMPLE_SEEDS:-0 1 2}"    # with GRPO: held-out draws per problem, before and after, at GRPO's temperature
-SAMPLE_TEMP="${SAMPLE_TEMP:-0.7}"        # the rollouts' temperature (sprint/configs/grpo_mini.yaml)
-REUSE="${REUSE:-0}"                      # 1: keep the models (OUT/NAME-model) and measured runs already there
+SAMPLE_TEMP="${SAMPLE_TEMP:-0.7}"        # the rollouts' temperature (configs/grpo_mini.yaml)
+REUSE="${REUSE:-0}"                      # 1: keep the stage folders, models (OUT/NAME-model) and measured runs already there
+UNTIL="${UNTIL:-}"                       # data: stop after the data half (stages 1-3, tokenizer, init; tests/test_mini_repeatable.py)
+TEACHER_JITTER="${TEACHER_JITTER:-0}"    # the stand-in teacher answers after a random wait of up to this many seconds
 PORT="${PORT:-8827}"
 HIDDEN="${HIDDEN:-128}"
 LAYERS="${LAYERS:-4}"
@@ -58,12 +61,15 @@ trap cleanup EXIT
 
 step "0. problems, traces and the teacher's answers"
 "$SPRINT_BIN" mini-data --out "$OUT/data" --n-test "$N_TEST" --high "$HIGH" --recheck-share "$RECHECK_SHARE"
-rm -rf "$OUT/components" "$OUT/dag" "$OUT/sft"  # made afresh from these traces (a few seconds)
+# made afresh from these traces (a few seconds); REUSE=1 resumes stages 1-2 where they stopped (a stage refuses
+# records made from other rows), and what they write does not depend on the order their answers come back in
+if [[ "$REUSE" != 1 ]]; then rm -rf "$OUT/components" "$OUT/dag"; fi
+rm -rf "$OUT/sft"
 
 if [[ -z "${SERVER_URL:-}" ]]; then
   step "1-2. the stand-in teacher (not GPT-4o: the generator's own components and DAG)"
   TPORT=$(free_port)
-  "$SPRINT_BIN" teacher-server "$OUT/data/teacher.jsonl" --port "$TPORT" > "$OUT/teacher.log" 2>&1 &
+  "$SPRINT_BIN" teacher-server "$OUT/data/teacher.jsonl" --port "$TPORT" --jitter "$TEACHER_JITTER" > "$OUT/teacher.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do grep -q "teacher server at" "$OUT/teacher.log" && break; sleep 0.2; done
   head -n 1 "$OUT/teacher.log"
@@ -87,6 +93,7 @@ step "4a. the project's own tokenizer and one random-init model"
 "$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl"
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" \
   --num-heads "$HEADS" --num-kv-heads "$HEADS" --seed 0
+if [[ "$UNTIL" == data ]]; then step "stopped after the data half (UNTIL=data)"; exit 0; fi
 
 same_vocab() {  # same_vocab DIR: DIR/tokenizer.json has the vocabulary of OUT/tokenizer
   "$PY" -c 'import json, sys; v = lambda d: json.load(open(d + "/tokenizer.json"))["model"]["vocab"]
@@ -103,7 +110,7 @@ train() {  # train NAME FROM TRAIN_FILE STEPS [LR]: swift sft of OUT/FROM into O
   rm -rf "$OUT/$name-train"
   # what was made from an earlier SPRINT model goes with it (make demo-grpo would reuse it)
   if [[ "$name" == sprint ]]; then rm -rf "$OUT/grpo-train" "$OUT/grpo-model" "$OUT/runs/sprint-grpo-stream" "$OUT/runs/sampled"; fi
-  MODEL="$OUT/$from" TRAIN_DATA="$data" VAL_DATA= OUTPUT_DIR="$OUT/$name-train" CONFIG=sprint/configs/finetune_mini.yaml \
+  MODEL="$OUT/$from" TRAIN_DATA="$data" VAL_DATA= OUTPUT_DIR="$OUT/$name-train" CONFIG=configs/finetune_mini.yaml \
     TUNER=full NPROC_PER_NODE=1 MAX_STEPS="$steps" SAVE_STEPS="$steps" TOKENIZER="$OUT/tokenizer" LR="$lr" \
     bash run_finetune.sh
   rm -rf "$OUT/$name-model"
@@ -145,7 +152,7 @@ stop_server() {
 # a fresh vLLM is slow on its first batches (kernels for new shapes): a warm-up run on other problems
 # (drawn like the held-out ones, seed 1) comes first and is thrown away, so seconds compare warm servers
 "$SPRINT_BIN" mini-data --out "$OUT/warmup-data" --n-test "$WARMUP" --high "$HIGH" --seed 1 > /dev/null
-COMMON=(TASK=countdown-mini AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer" MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" SEED=0)
+COMMON=(TASK=countdown-mini AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer" SEED=0)
 # SPRINT's loop against the served model (every orchestrate run: 5a, 5d, 5e)
 ORCH=(PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" MAX_TOKENS=512 PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64)
 measured() {  # measured NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served, a warm-up run, then the held-out run
@@ -153,11 +160,13 @@ measured() {  # measured NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served
   if [[ "$REUSE" == 1 && -f "$dir/records.jsonl" ]]; then echo "reusing $dir"; return 0; fi
   serve "$name"
   rm -rf "$dir" "$dir-warmup"
-  env "${COMMON[@]}" "$@" TEST_DATA="$OUT/warmup-data/test.jsonl" OUT_DIR="$dir-warmup" bash "$script" --no-cache --no-progress > /dev/null
+  env "${COMMON[@]}" "$@" MAX_PROBLEM_WORKERS=1 TEST_DATA="$OUT/warmup-data/test.jsonl" OUT_DIR="$dir-warmup" \
+    bash "$script" --no-cache --no-progress > /dev/null
   rm -rf "$dir-warmup"
-  env "${COMMON[@]}" "$@" TEST_DATA="$OUT/data/test.jsonl" OUT_DIR="$dir" bash "$script" --no-cache --no-progress
+  env "${COMMON[@]}" "$@" TIMED_PROBLEMS="$TIMED" MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" TEST_DATA="$OUT/data/test.jsonl" \
+    OUT_DIR="$dir" bash "$script" --no-cache --no-progress
 }
-step "5a. SPRINT on vLLM: orchestrate ($SCHEDULES), $PROBLEM_WORKERS problem(s) in flight"
+step "5a. SPRINT on vLLM: orchestrate ($SCHEDULES); $TIMED problems timed one at a time, then $PROBLEM_WORKERS in flight"
 runs=()
 for schedule in $SCHEDULES; do
   measured sprint run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" "${ORCH[@]}" PLANNER_MODEL=sprint \
@@ -167,7 +176,7 @@ done
 stop_server
 baseline=()
 if [[ "$RFT" == 1 ]]; then
-  step "5b. RFT on vLLM: the sequential baseline, $PROBLEM_WORKERS problem(s) in flight"
+  step "5b. RFT on vLLM: the sequential baseline; $TIMED problems timed one at a time, then $PROBLEM_WORKERS in flight"
   measured rft run_baseline_evaluation.sh "$OUT/runs/rft" MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1024
   stop_server
   baseline=(--baseline "$OUT/runs/rft=RFT")
@@ -179,7 +188,7 @@ if (( GRPO_STEPS > 0 )); then
     --n $(( GRPO_STEPS * 2 ))
   rm -rf "$OUT/grpo-train" "$OUT/grpo-model" "$OUT/runs/sprint-grpo-stream" "$OUT"/runs/sampled/grpo-seed*  # a new policy: measured anew
   CPU=1 MODEL="$OUT/sprint-model" DATA="$OUT/grpo/problems.jsonl" TASK=countdown-mini REFERENCE_COLUMN=reference_tokens \
-    CONFIG=sprint/configs/grpo_mini.yaml OUTPUT_DIR="$OUT/grpo-train" MAX_STEPS="$GRPO_STEPS" ROLLOUT_PORT="$(free_port)" \
+    CONFIG=configs/grpo_mini.yaml OUTPUT_DIR="$OUT/grpo-train" MAX_STEPS="$GRPO_STEPS" ROLLOUT_PORT="$(free_port)" \
     bash run_grpo.sh --save_steps "$GRPO_STEPS" --vllm_server_group_port "$(free_port)" > "$OUT/grpo-train.log" 2>&1 || { tail -n 40 "$OUT/grpo-train.log" >&2; exit 1; }
   cp -r "$(ls -d "$OUT"/grpo-train/v*/checkpoint-"$GRPO_STEPS" | tail -n 1)" "$OUT/grpo-model"
   step "5d. SPRINT after GRPO on vLLM: orchestrate (stream)"

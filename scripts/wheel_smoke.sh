@@ -3,9 +3,11 @@
 #
 # 1. builds the wheel from the files git knows (tracked + new, not ignored) copied to a temporary
 #    folder, so nothing left over in build/ or *.egg-info can slip in;
-# 2. checks it holds every file of the package: every subpackage, the prompt templates and recipes
-#    (sprint/prompts, sprint/configs) and the viewer's assets;
-# 3. installs it into a fresh venv outside the checkout and, from a temporary folder: `sprint --help`;
+# 2. checks it holds every file of the package: every subpackage, the viewer's assets, and the
+#    top-level prompt templates and recipes (prompts/, configs/) mapped in as sprint/prompts and
+#    sprint/configs: the same names, each byte-identical to the checkout's file;
+# 3. installs it into a fresh venv outside the checkout and, from a temporary folder: the prompts and
+#    recipes read from the installed package (no checkout to find); `sprint --help`;
 #    stages 1-2 on the demo's traces answered from its shipped response cache (keys cover the prompt
 #    text, so every hit proves the packaged templates are the checkout's, byte for byte); `sprint
 #    pack` (the packaged agent prompt); `sprint evaluate` of the packed trajectories against the
@@ -49,15 +51,25 @@ fi
 WHEEL="$(ls "$TMP"/dist/sprint-*.whl)"
 
 step "wheel: contents"
-"$BASE_PYTHON" - "$WHEEL" "$SRC" <<'EOF'
+"$BASE_PYTHON" - "$WHEEL" "$SRC" "$ROOT" <<'EOF'
 import sys
 import zipfile
 from pathlib import Path
 
-wheel, src = sys.argv[1], Path(sys.argv[2])
-names = set(zipfile.ZipFile(wheel).namelist())
-want = {p.relative_to(src).as_posix() for p in (src / "sprint").rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts}
+wheel, src, root = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+MAPPED = {"prompts": "sprint/prompts", "configs": "sprint/configs"}  # pyproject.toml's package-dir
+archive = zipfile.ZipFile(wheel)
+names = set(archive.namelist())
+
+
+def files_of(folder: Path, prefix: str) -> set[str]:
+    return {f"{prefix}/{p.relative_to(folder).as_posix()}" for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+want = files_of(src / "sprint", "sprint")
+for top, inside in MAPPED.items():
+    want |= files_of(src / top, inside)
 missing = sorted(want - names)
 extra = sorted(n for n in names if n.startswith("sprint/") and n not in want)
 subpackages = sorted(n.split("/")[1] for n in names if n.count("/") == 2 and n.endswith("/__init__.py"))
@@ -70,6 +82,18 @@ if missing or extra:
 for needed in ("sprint/prompts/agent.txt", "sprint/configs/grpo.yaml", "sprint/rl/plugin.py"):
     if needed not in names:
         sys.exit(f"wheel smoke FAILED: the wheel lacks {needed}")
+
+# The mapped folders against the checkout's top-level ones: the same names, each byte for byte.
+for top, inside in MAPPED.items():
+    packaged = {n[len(inside) + 1:] for n in names if n.startswith(inside + "/")}
+    checkout = {p.relative_to(root / top).as_posix() for p in (root / top).rglob("*") if p.is_file()}
+    if packaged != checkout:
+        sys.exit(f"wheel smoke FAILED: the wheel's {inside}/ and the checkout's {top}/ hold different files; "
+                 f"only in the wheel: {sorted(packaged - checkout)}, only in the checkout: {sorted(checkout - packaged)}")
+    differ = sorted(n for n in packaged if archive.read(f"{inside}/{n}") != (root / top / n).read_bytes())
+    if differ:
+        sys.exit(f"wheel smoke FAILED: the wheel's {inside}/ differs from the checkout's {top}/ in {differ}")
+    print(f"{inside}/ = {top}/, byte for byte: {' '.join(sorted(packaged))}")
 EOF
 
 step "install: a fresh venv outside the checkout (dependencies: $DEPS)"
@@ -96,6 +120,22 @@ SPRINT="$VENV/bin/sprint"
 where="$("$VENV/bin/python" -c 'import sprint; print(sprint.__file__)')"
 [[ "$where" == "$VENV"/* ]] || fail "sprint is imported from $where, not from the installed wheel"
 echo "sprint imported from $where"
+# no checkout beside the installed package: the prompts and recipes are read from its own copies
+"$VENV/bin/python" - "$VENV" "$ROOT" <<'EOF'
+import sys
+from pathlib import Path
+
+from sprint.core.resources import checkout_root, config_file, prompt_file
+
+venv, root = Path(sys.argv[1]).resolve(), Path(sys.argv[2])
+if checkout_root() is not None:
+    sys.exit(f"wheel smoke FAILED: the installed package takes {checkout_root()} for a checkout")
+for found, top in ((prompt_file("agent"), root / "prompts" / "agent.txt"),
+                   (config_file("grpo.yaml"), root / "configs" / "grpo.yaml")):
+    if not found.resolve().is_relative_to(venv) or found.read_bytes() != top.read_bytes():
+        sys.exit(f"wheel smoke FAILED: {found} is not the installed copy of {top}")
+    print(f"read from the installed package: {found}")
+EOF
 
 step "sprint --help"
 "$SPRINT" --help > help.txt

@@ -31,7 +31,7 @@ COMMANDS: dict[str, Command] = {
     "dag": Command("sprint.curation.dag", "stage 2: ask an LLM which components depend on which (a parent dictionary)"),
     "pack": Command("sprint.curation.packing", "stage 3: pack components + DAGs into trajectories and write the SFT dataset"),
     "check-sft": Command("sprint.training.sft_check", "check an SFT dataset (roles, empty turns, token lengths vs --max-length) before training"),
-    "finetune": Command("sprint.training.finetune", "fine-tune with ms-swift (check the data, then run `swift sft` with sprint/configs/finetune_<tuner>.yaml)"),
+    "finetune": Command("sprint.training.finetune", "fine-tune with ms-swift (check the data, then run `swift sft` with configs/finetune_<tuner>.yaml)"),
     "orchestrate": Command("sprint.inference.orchestration", "SPRINT inference: planner/executor phases on an OpenAI-compatible server"),
     "baseline": Command("sprint.inference.baseline", "sequential baseline: one generation per problem with the same agent prompt"),
     "evaluate": Command("sprint.evaluation.evaluate", "grade runs, count sequential/total tokens, compare with a baseline, write report.md"),

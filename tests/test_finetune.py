@@ -1,4 +1,4 @@
-"""Fine-tuning: the swift command line built from sprint/configs/, run_finetune.sh, and ms-swift itself.
+"""Fine-tuning: the swift command line built from configs/, run_finetune.sh, and ms-swift itself.
 
 The fast tests check what we send. The `swift` tests have ms-swift 4.6 parse the exact GPU
 command lines (a renamed or unknown flag fails here, not on a cluster) and train the tiny model

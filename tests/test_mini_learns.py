@@ -1,4 +1,4 @@
-"""The mini experiment, CI-sized: a SPRINT model learned from random weights on this CPU (issue 23).
+"""The mini experiment, CI-sized: a SPRINT model learned from random weights on this CPU.
 
 `scripts/mini_demo.sh` (the main job) with a smaller task: numbers 1..4 (569 problems), 50 held out,
 SPRINT only (RFT=0), the stream schedule, fewer steps, straight from the random init (BASE_STEPS=0:
@@ -89,7 +89,7 @@ def mini_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("mini") / "run"
     env = {**os.environ, "DEMO_DIR": str(out), "HIGH": str(HIGH), "N_TEST": str(N_TEST), "BASE_STEPS": str(BASE_STEPS),
            "MAX_STEPS": str(MAX_STEPS), "RFT": "0", "SCHEDULES": "stream",
-           "PROBLEM_WORKERS": "8", "WARMUP": "4", "PORT": str(free_port())}
+           "PROBLEM_WORKERS": "8", "TIMED": "10", "WARMUP": "4", "PORT": str(free_port())}
     started = time.monotonic()
     done = subprocess.run(["bash", str(REPO / "scripts" / "mini_demo.sh")], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=900)
@@ -142,7 +142,7 @@ def grpo_run(mini_run: Path) -> Path:
                           capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
     env = {**os.environ, "CPU": "1", "MODEL": str(mini_run / "sprint-model"), "DATA": str(problems),
-           "TASK": "countdown-mini", "REFERENCE_COLUMN": "reference_tokens", "CONFIG": "sprint/configs/grpo_mini.yaml",
+           "TASK": "countdown-mini", "REFERENCE_COLUMN": "reference_tokens", "CONFIG": "configs/grpo_mini.yaml",
            "OUTPUT_DIR": str(out), "MAX_STEPS": str(GRPO_STEPS), "ROLLOUT_PORT": str(free_port()),
            "MASTER_PORT": str(free_port())}
     started = time.monotonic()

@@ -22,6 +22,8 @@ from sprint import cli
 from sprint.inference.baseline import BaselineConfig, baseline
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 from sprint.format.prompt_format import PromptFormat, build_prompt_format
+from sprint.evaluation.runs import RawProblem
+from sprint.evaluation.table2 import latency_seconds, problem_seconds
 from sprint.format.trajectory import parse
 from tests.fake_server import FakeServer, Reply, ScriptedServer
 
@@ -409,6 +411,43 @@ def test_problems_and_executors_run_concurrently_up_to_their_limits(tmp_path: Pa
     assert state["max_problems"] == 2  # two problems in flight, never more
     assert state["max_executors"] == 4  # executors of both problems share the limit of 4
     assert len(_records(cfg.out_dir)) == 5
+
+
+def test_timed_problems_run_one_at_a_time_before_the_rest_share_the_server(tmp_path: Path,
+                                                                          scripted_server: ScriptedServer) -> None:
+    """--timed-problems 2 with 3 problems in flight: the first two problems (dataset order) run alone,
+    then the other four go three at a time; Table 2's seconds read the two that ran alone."""
+    lock = threading.Lock()
+    active: dict[str, int] = {}
+    company: dict[str, int] = {}  # question -> most problems in flight while one of its calls ran
+
+    def handler(body: dict, endpoint: str) -> str:
+        prompt = body["prompt"]
+        question = prompt.split("<Question>\n")[1].split("\n</Question>")[0]
+        with lock:
+            active[question] = active.get(question, 0) + 1
+            for q in active:
+                if active[q]:
+                    company[q] = max(company.get(q, 0), sum(1 for v in active.values() if v))
+        time.sleep(0.05)
+        with lock:
+            active[question] -= 1
+        if _is_executor(prompt):
+            return "ok"
+        if "<Plan_1>" in prompt:
+            return "<Final_answer>\n\\boxed{5}\n</Final_answer>"
+        return "<Plan_1>\n<prompt_1.1> a </prompt_1.1> <prompt_1.2> b </prompt_1.2>\n</Plan_1>"
+
+    questions = [f"What is {i}+{5 - i}?" for i in range(6)]
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, questions), max_problem_workers=3, timed_problems=2)
+    orchestrate(cfg, progress=False)
+    assert [company[q] for q in questions[:2]] == [1, 1]
+    assert max(company[q] for q in questions[2:]) == 3
+    problems = [RawProblem(id=r["id"], text=r["trajectory"], calls=r["calls"]) for r in _records(cfg.out_dir)]
+    alone = latency_seconds(problems)
+    spans = {r["index"]: problem_seconds(r["calls"]) for r in _records(cfg.out_dir)}
+    assert sorted(alone) == sorted([spans[0], spans[1]])
 
 
 # ---- prompt formats -----------------------------------------------------------------------------

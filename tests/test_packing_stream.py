@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 from tests.test_packing import read_jsonl, synthetic_rows
 
-from sprint.core.data import load_items
+from sprint.core.data import iter_records, load_items
 from sprint.core.errors import UserError
 from sprint.curation.packing import PackConfig, PackInput, pack, split_ids
 
@@ -71,3 +72,23 @@ def test_stream_input_errors_leave_no_outputs(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "records.jsonl").exists() and not list(tmp_path.glob("out/*.tmp"))
     with pytest.raises(UserError, match="selects no rows"):
         pack(str(src), tmp_path / "out2", range_spec="10:20")
+
+
+def test_a_stage_folder_is_packed_in_input_order_whatever_order_its_records_came_back_in(tmp_path: Path) -> None:
+    """Stages 1-2 append a record when its item finishes, so with concurrent workers their records.jsonl
+    follows the order answers came back; pack (streamed or whole) and the next stage read it in input order."""
+    rows = [{**r, "index": i} for i, r in enumerate(synthetic_rows(40))]
+    shuffled = rows[:]
+    random.Random(3).shuffle(shuffled)
+    for name, order in (("in_order", rows), ("shuffled", shuffled)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in order))
+        pack(str(tmp_path / name), tmp_path / f"{name}-packed", seed=5)
+        pack(str(tmp_path / name), tmp_path / f"{name}-whole", seed=5, range_spec="-40:")  # the whole-input path
+    for name in ("records.jsonl", "train.jsonl", "test.jsonl"):
+        first = (tmp_path / "in_order-packed" / name).read_bytes()
+        assert (tmp_path / "shuffled-packed" / name).read_bytes() == first, name
+        assert (tmp_path / "shuffled-whole" / name).read_bytes() == first, name
+    assert [it.index for it in load_items(str(tmp_path / "shuffled"))] == list(range(40))
+    assert [it.row["index"] for it in load_items(str(tmp_path / "shuffled"))] == list(range(40))
+    assert [r["index"] for r in iter_records(tmp_path / "shuffled" / "records.jsonl")] == list(range(40))

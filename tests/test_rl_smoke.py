@@ -1,7 +1,7 @@
 """Latency-aware GRPO on a CPU, as far as ms-swift 4.6 goes without a GPU (tiny random Qwen2).
 
 The commands are the ones run_grpo.sh builds (sprint.rl.launch) from a CPU variant of
-sprint/configs/grpo.yaml. What runs for real, and where ms-swift stops:
+configs/grpo.yaml. What runs for real, and where ms-swift stops:
 1. `swift rollout` itself refuses a machine with no CUDA device (RolloutArguments._check_device_count).
    The test checks that exact refusal (and is skipped where a CUDA device is present) ...
 2. ... and then runs ms-swift's own rollout server with that one check lifted
@@ -49,7 +49,7 @@ GENERATIONS = 2
 
 
 def cpu_recipe(path: Path) -> Path:
-    """sprint/configs/grpo.yaml with what a CPU and a tiny model need changed, and nothing else."""
+    """configs/grpo.yaml with what a CPU and a tiny model need changed, and nothing else."""
     recipe = yaml.safe_load(DEFAULT_CONFIG.read_text())
     recipe["scheduler"].update({"SPRINT_RL_MAX_PHASES": 2, "SPRINT_RL_PLANNER_MAX_TOKENS": 16,
                                 "SPRINT_RL_EXECUTOR_MAX_TOKENS": 16, "SPRINT_RL_FINAL_MAX_TOKENS": 16})

@@ -14,7 +14,8 @@ from sprint import cli
 from sprint.evaluation.evaluate import evaluate
 from sprint.evaluation.metrics import mean_with_ci
 from sprint.evaluation.runs import load_runs, split_label
-from sprint.evaluation.table2 import TITLE, problem_seconds
+from sprint.evaluation.runs import RawProblem
+from sprint.evaluation.table2 import TITLE, latency_seconds, problem_seconds
 from sprint.format.trajectory import Execution, Phase, Trajectory, count_tokens, parse, render_prompt
 from sprint.viewer.site import ViewConfig, build
 from tests.helpers import write_run
@@ -109,6 +110,20 @@ def test_problem_seconds_spans_first_start_to_last_end() -> None:
     assert problem_seconds([{"role": "planner", "start": "soon", "end": None}]) is None
     assert problem_seconds(CACHED_CALLS["p1"]) is None  # a cache read is not the model's time
     assert problem_seconds(CACHED_CALLS["p2"]) == 6.0
+
+
+def test_seconds_read_the_problems_that_ran_alone() -> None:
+    """A timed subset one at a time (a: 0-2 s, b: 2-5 s), then three in flight together (c, d, e):
+    only a and b are latency. All in flight together, or all alone: every problem counts."""
+    def problem(pid: str, start: float, end: float) -> RawProblem:
+        return RawProblem(id=pid, text="x", calls=[call("baseline", start, end)])
+
+    timed = [problem("a", 0, 2), problem("b", 2, 5)]
+    crowd = [problem("c", 5, 9), problem("d", 5.5, 7), problem("e", 8, 12)]
+    assert latency_seconds(crowd[::-1] + timed) == [2.0, 3.0]
+    assert sorted(latency_seconds(crowd)) == [1.5, 4.0, 4.0]
+    assert latency_seconds(timed) == [2.0, 3.0]
+    assert latency_seconds([problem("f", 0, 1), RawProblem(id="g", text="y")]) == [1.0]  # no times: left out
 
 
 def test_folder_equals_label_names_a_run(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ QUESTION_COLUMNS = ("problem", "question", "Question", "prompt")
 THOUGHT_COLUMNS = ("thought", "reasoning", "deepseek_reasoning")
 ID_COLUMNS = ("ProblemIdx", "unique_id", "id", "idx", "problem_id")
 BEGIN_THOUGHT, END_THOUGHT = "<|begin_of_thought|>", "<|end_of_thought|>"
+RECORDS_FILE = "records.jsonl"  # a stage folder's records (sprint.core.records), read in input order
 
 
 def resolve_local(name: str) -> Path | None:
@@ -100,13 +101,15 @@ def parse_range(spec: str | None, n: int) -> range:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    return list(iter_jsonl(path))
+    return list(iter_records(path) if path.name == RECORDS_FILE else iter_jsonl(path))
 
 
-def iter_jsonl(path: Path) -> Iterator[dict]:
-    """The rows of a JSONL file one at a time (packing streams 60k-trace inputs through this)."""
+def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    """(byte offset, row) of each row of a JSONL file, with one clear error for a broken line."""
     with open(path, "rb") as f:
+        offset = 0
         for lineno, raw in enumerate(f, 1):
+            start, offset = offset, offset + len(raw)
             if not raw.strip():
                 continue
             try:
@@ -114,12 +117,42 @@ def iter_jsonl(path: Path) -> Iterator[dict]:
             except UnicodeDecodeError:
                 raise UserError(f"{path}: line {lineno} is not valid UTF-8; re-encode the file as UTF-8") from None
             except json.JSONDecodeError as exc:
-                if not raw.endswith(b"\n") and path.name == "records.jsonl":
+                if not raw.endswith(b"\n") and path.name == RECORDS_FILE:
                     break  # a half-written last line of an interrupted stage: ignored, redone on resume
                 raise UserError(f"{path}: line {lineno} is not valid JSON ({exc.msg}); fix or remove that line") from None
             if not isinstance(row, dict):
                 raise UserError(f"{path}: line {lineno} is a JSON {type(row).__name__}, expected an object per line")
-            yield row
+            yield start, row
+
+
+def iter_jsonl(path: Path) -> Iterator[dict]:
+    """The rows of a JSONL file one at a time, in file order."""
+    for _, row in _jsonl_lines(path):
+        yield row
+
+
+def iter_records(path: Path) -> Iterator[dict]:
+    """A stage's records.jsonl in its input's order (each record's `index`), one record at a time.
+
+    Why: a stage appends a record when its item finishes, so with concurrent workers the file's
+    order is the order the answers came back, which changes from run to run (and with a resume).
+    Everything downstream (the next stage, packing, the SFT files and every seeded batch drawn from
+    them) must follow the input instead. One pass notes each line's index and offset, a second reads
+    the lines in that order, so a 60k-trace folder is never held whole. Records without an integer
+    `index` (files of other tools) are read in file order.
+    """
+    spans: list[tuple[int, int]] = []
+    for offset, row in _jsonl_lines(path):
+        index = row.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            yield from iter_jsonl(path)
+            return
+        spans.append((index, offset))
+    spans.sort()  # (index, offset): ties keep the file's order
+    with open(path, "rb") as f:
+        for _, offset in spans:
+            f.seek(offset)
+            yield json.loads(f.readline().decode("utf-8"))
 
 
 def load_rows(source: str, split: str | None = "train", subset: str | None = None, *,
@@ -134,7 +167,7 @@ def load_rows(source: str, split: str | None = "train", subset: str | None = Non
     local = resolve_local(source)
     path = local or Path(source).expanduser()
     if path.is_dir():
-        records = path / "records.jsonl"
+        records = path / RECORDS_FILE
         if records.is_file():
             everything = _read_jsonl(records)
             ok = [r for r in everything if r.get("status", "ok") == "ok"]

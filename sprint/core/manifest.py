@@ -15,7 +15,7 @@ from sprint.core.files import atomic_write
 
 # Settings that may change between a run and its resumption without changing what a record means.
 VOLATILE_KEYS = frozenset(
-    {"range", "num_workers", "max_problem_workers", "max_execution_workers", "timeout", "overwrite",
+    {"range", "num_workers", "max_problem_workers", "timed_problems", "max_execution_workers", "timeout", "overwrite",
      "retry_failed", "progress", "cache_dir", "out_dir", "server_url", "planner_server_url",
      "executor_server_url", "max_retries", "max_connection_failures", "affinity_header", "priority",
      "batch"}  # batch: the same records as online; it only changes the price

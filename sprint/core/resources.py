@@ -1,12 +1,19 @@
-"""Files shipped inside the package, and the helper environments that live beside a checkout.
+"""Files sprint ships, and the helper environments that live beside a checkout.
 
-The prompt templates (`sprint/prompts`) and the training recipes (`sprint/configs`) are package
-data, found through `importlib.resources`, so a wheel installed anywhere has them; nothing may look
-for them relative to a source checkout. The vLLM and ms-swift venvs (`.venv-vllm`, `.venv-swift`,
-`.venv-rl`) are different: they pin their own torch/transformers, so they are never inside the
-package. A checkout keeps them beside itself (`make install-*`); an installed wheel has no checkout,
-so there the user names them with an environment variable, and a missing one is a `UserError`
-saying which variable to set rather than a path into site-packages that never existed.
+The prompt templates (`prompts/`) and the training recipes (`configs/`) sit at the top of the
+checkout, beside the `run_*.sh` scripts that name them: they are what a user reads and edits, not
+code, and that one copy is their only source. A checkout and an editable install read them in place,
+so an edited prompt or recipe counts without reinstalling; the wheel maps them into the package at
+build time (pyproject.toml's package-dir: `sprint/prompts`, `sprint/configs`), so an installed wheel
+has them in site-packages. `shipped_dir` picks the checkout's folder when there is a checkout, else
+the package's copy; `prompt_file` / `config_file` are the way in. Files that are code of the package
+(`package_file`: the RL plugin, the mini model's weights script) stay inside it.
+
+The vLLM and ms-swift venvs (`.venv-vllm`, `.venv-swift`, `.venv-rl`) are different: they pin their
+own torch/transformers, so they are never inside the package. A checkout keeps them beside itself
+(`make install-*`); an installed wheel has no checkout, so there the user names them with an
+environment variable, and a missing one is a `UserError` saying which variable to set rather than a
+path into site-packages that never existed.
 """
 
 from __future__ import annotations
@@ -34,27 +41,35 @@ def package_file(*parts: str) -> Path:
     return resource
 
 
-PROMPTS_DIR = package_file("prompts")
-CONFIGS_DIR = package_file("configs")
-
-
-def prompt_file(name: str) -> Path:
-    """The shipped prompt template NAME (`agent`, `component_separation`, `dag_creation`)."""
-    return PROMPTS_DIR / f"{name}.txt"
-
-
-def config_file(name: str) -> Path:
-    """The shipped recipe NAME (`finetune_full.yaml`, `finetune_lora.yaml`, `grpo.yaml`)."""
-    return CONFIGS_DIR / name
-
-
 def checkout_root() -> Path | None:
-    """The source checkout this package is imported from (an editable install), else None.
+    """The source checkout this package is imported from (a plain checkout or an editable install), else None.
 
     Wheel installs put the package in site-packages, where no pyproject.toml sits beside it.
     """
     root = Path(__file__).resolve().parents[2]
     return root if (root / "pyproject.toml").is_file() and (root / PACKAGE / "__init__.py").is_file() else None
+
+
+def shipped_dir(name: str) -> Path:
+    """The folder NAME (`prompts`, `configs`): the checkout's top-level one, else the wheel's copy.
+
+    Checkout first, so a checkout or an editable install reads the files it edits; a wheel has no
+    checkout and carries them as `sprint/NAME` (mapped there at build time).
+    """
+    root = checkout_root()
+    if root is not None and (root / name).is_dir():
+        return root / name
+    return package_file(name)
+
+
+def prompt_file(name: str) -> Path:
+    """The shipped prompt template NAME (`agent`, `component_separation`, `dag_creation`)."""
+    return shipped_dir("prompts") / f"{name}.txt"
+
+
+def config_file(name: str) -> Path:
+    """The shipped recipe NAME (`finetune_full.yaml`, `finetune_lora.yaml`, `grpo.yaml`)."""
+    return shipped_dir("configs") / name
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,7 @@ class LLMStage:
     """What one curation stage adds to the shared runner: its prompt, its records, its per-item work."""
 
     name: str  # the command and the manifest's stage
-    prompt_name: str  # sprint/prompts/<name>.txt
+    prompt_name: str  # prompts/<name>.txt
     placeholders: tuple[str, ...]  # the template must hold these
     require: tuple[str, ...]  # input columns `load_items` must find
     base_record: Callable[[Item], dict[str, Any]]  # a record with every key present (also for crashes)

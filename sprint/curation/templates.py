@@ -11,7 +11,7 @@ from sprint.core.resources import prompt_file
 
 
 def load_prompt(name: str, path: str | Path | None = None) -> str:
-    """The shipped template sprint/prompts/NAME.txt, or `path` when the user brings their own."""
+    """The shipped template prompts/NAME.txt, or `path` when the user brings their own."""
     file = Path(path).expanduser() if path else prompt_file(name)
     if not file.is_file():
         raise UserError(f"prompt template {file} not found; pass an existing file with --prompt")

@@ -36,9 +36,11 @@ DEFINITIONS = {
                     "model its output length",
     "seconds_per_problem": "mean over problems of the wall-clock from the start of the problem's first recorded "
                            "model call to the end of its last (records.jsonl `calls`, retries included, on the "
-                           "clock as recorded: a replay server's time scale is not undone); problems without call "
-                           "times, or with a call answered from the on-disk response cache, are left out; null "
-                           "when no problem has measured times",
+                           "clock as recorded: a replay server's time scale is not undone); when some problems "
+                           "ran alone (no other problem in flight: the run's --timed-problems) and others did "
+                           "not, only those that ran alone; problems without call times, or with a call "
+                           "answered from the on-disk response cache, are left out; null when no problem has "
+                           "measured times",
     "value": "the mean (accuracy: the share) over the measure's `n` problems",
     "ci": "percentile bootstrap interval over the run's problems ({resamples} resamples, seed {seed}, "
           "{confidence:.0%}); null without resamples",
@@ -62,17 +64,47 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def problem_seconds(calls: Iterable[dict]) -> float | None:
-    """Wall-clock seconds of one problem: first call's start to last call's end.
-
-    None when no call has times, or when a call came from the response cache: its recorded time is
-    a disk read, not the model's, so the problem's span would look faster than it ran.
-    """
+def _timed_calls(calls: Iterable[dict]) -> list[CallRecord] | None:
+    """A problem's calls with times; None when none has times or one came from the response cache
+    (its recorded time is a disk read, not the model's, so the problem would look faster than it ran)."""
     timed = [CallRecord.from_dict(c) for c in calls
              if isinstance(c, dict) and _finite(c.get("start")) and _finite(c.get("end"))]
     if not timed or any(c.cached for c in timed):
         return None
+    return timed
+
+
+def problem_seconds(calls: Iterable[dict]) -> float | None:
+    """Wall-clock seconds of one problem: first call's start to last call's end (None: not measured)."""
+    timed = _timed_calls(calls)
+    if timed is None:
+        return None
     return max(0.0, max(c.end for c in timed) - min(c.start for c in timed))
+
+
+def latency_seconds(problems: Sequence[RawProblem]) -> list[float]:
+    """The seconds of the problems that ran alone, when some did and others shared the server.
+
+    Why: a run may time a fixed subset one problem at a time (`--timed-problems`) and answer the rest
+    with several in flight; only the first are latency, what the paper's seconds are. A problem ran
+    alone when no other problem's span (first call's start to last call's end) overlaps its own. A
+    run where every problem ran alone, or none did (all in flight together), keeps all of them.
+    """
+    spans = []
+    for p in problems:
+        timed = _timed_calls(p.calls)
+        if timed is not None:
+            spans.append((min(c.start for c in timed), max(c.end for c in timed)))
+    spans.sort()
+    alone = []
+    latest_end = float("-inf")  # the latest end among the spans before this one
+    for i, (start, end) in enumerate(spans):
+        next_start = spans[i + 1][0] if i + 1 < len(spans) else float("inf")
+        if latest_end <= start and end <= next_start:
+            alone.append(end - start)
+        latest_end = max(latest_end, end)
+    every = [max(0.0, end - start) for start, end in spans]
+    return alone if 0 < len(alone) < len(every) else every
 
 
 def _schedule(manifest: dict) -> str | None:
@@ -91,7 +123,7 @@ def method_row(run: MethodRun, *, resamples: int = M.DEFAULT_RESAMPLES, seed: in
     accuracy = None if not n or s.get("accuracy") is None else {
         "value": s["accuracy"], "ci": s.get("accuracy_ci"), "n": n}  # the summary's own bootstrap (same seed)
     counted = [r for r in run.results if r.has_text]
-    seconds = [t for t in (problem_seconds(p.calls) for p in run.problems) if t is not None]
+    seconds = latency_seconds(run.problems)
     return {
         "method": run.label,
         "mode": run.mode,

@@ -40,7 +40,7 @@ def sft_user_content(agent_prompt: str, question: str) -> str:
 
 
 def load_agent_prompt(path: str | Path | None = None) -> str:
-    """The agent prompt (the shipped sprint/prompts/agent.txt unless `path`); "none" means no agent prompt at all."""
+    """The agent prompt (the shipped prompts/agent.txt unless `path`); "none" means no agent prompt at all."""
     if path is not None and str(path).lower() == "none":
         return ""
     p = Path(path) if path is not None else AGENT_PROMPT_PATH

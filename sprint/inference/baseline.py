@@ -111,7 +111,8 @@ async def _baseline_async(cfg: BaselineConfig, run: InferenceRun, sampling: Role
         def crash_text(problem: Problem) -> dict[str, Any]:
             return {"generation": "", "finish_reason": None, "sequential_tokens": 0}
 
-        await run.solve_all(solve, cfg.max_problem_workers, progress, lambda r: baseline_text(run.fmt, r), crash_text)
+        await run.solve_all(solve, cfg.max_problem_workers, progress, lambda r: baseline_text(run.fmt, r), crash_text,
+                            cfg.timed_problems)
         return client.usage.as_dict()
 
 

@@ -389,7 +389,8 @@ async def _orchestrate_async(cfg: OrchestrationConfig, run: InferenceRun, progre
             return {"trajectory": Trajectory(problem.question).render(), "num_phases": 0, "num_prompts": 0,
                     "forced_final": None, "truncated_plans": None}
 
-        await run.solve_all(solve, cfg.max_problem_workers, progress, lambda record: record["trajectory"], crash_text)
+        await run.solve_all(solve, cfg.max_problem_workers, progress, lambda record: record["trajectory"], crash_text,
+                            cfg.timed_problems)
         planner_usage, executor_usage = planner.usage.as_dict(), executor.usage.as_dict()
         if len(planner.replicas) > 1 or len(executor.replicas) > 1:
             planner_usage["routing"], executor_usage["routing"] = planner.stats(), executor.stats()

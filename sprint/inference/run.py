@@ -60,6 +60,10 @@ class InferenceOptions:
     out_dir: str = option(help="run folder (records.jsonl, trajectories/, manifest.json)", var="OUT_DIR")
     max_tokens: int = option(help="token budget of a call")
     max_problem_workers: int = option(help="problems in flight", var="MAX_PROBLEM_WORKERS")
+    timed_problems: int = option(0, "run the first N problems one at a time, before the others go with "
+                                 "MAX_PROBLEM_WORKERS in flight: their seconds are latency (Table 2's seconds "
+                                 "column reads the problems that ran alone), the rest only need answers; 0: none",
+                                 var="TIMED_PROBLEMS")
     prompt_mode: str = option("chat", "chat: the model's chat template, as in training; raw: the authors' "
                               "untemplated text", choices=PROMPT_MODES, var="PROMPT_MODE")
     api: str = option("completions", "completions, or chat: /v1/chat/completions continuing the assistant turn "
@@ -67,7 +71,7 @@ class InferenceOptions:
                       choices=APIS, var="API")
     tokenizer: str | None = option(None, "tokenizer for the chat template (default: --model-path, else the model name)",
                                    var="TOKENIZER")
-    agent_prompt: str | None = option(None, "agent prompt file (default: sprint/prompts/agent.txt; 'none' for no agent prompt)",
+    agent_prompt: str | None = option(None, "agent prompt file (default: prompts/agent.txt; 'none' for no agent prompt)",
                                       var="AGENT_PROMPT")
     seed: int | None = option(0, "base of the per-call seeds ('none': the server's choice)", type=optional_int,
                               var="SEED")
@@ -96,6 +100,7 @@ class InferenceOptions:
             get_task(self.task)  # the registry's error: unknown task, and the known ones
         cls = type(self)
         check_range(cls, "max_problem_workers", self.max_problem_workers, low=1)
+        check_range(cls, "timed_problems", self.timed_problems, low=0)
         check_range(cls, "problem_retries", self.problem_retries, low=0)
         check_range(cls, "max_retries", self.max_retries, low=0)
         check_range(cls, "max_connection_failures", self.max_connection_failures, low=0)
@@ -393,9 +398,12 @@ class InferenceRun:
         progress: bool,
         text_of: Callable[[dict], str],
         crash_text: Callable[[Problem], dict[str, Any]],
+        timed: int = 0,
     ) -> None:
         """Solve the problems not yet in the folder with `sprint.core.items.run_items`, writing each
-        record's text to trajectories/<id>.txt; a crash becomes a record with `crash_text`'s fields."""
+        record's text to trajectories/<id>.txt; a crash becomes a record with `crash_text`'s fields.
+        The first `timed` problems go one at a time, before the rest: a latency sample on a fixed subset
+        while the others, which only need answers, share the server."""
         folder = self.run_dir.path / "trajectories"
         started: dict[str, float] = {}
 
@@ -414,9 +422,12 @@ class InferenceRun:
             record = crashed(problem, self.task, exc, crash_text(problem))
             return keep_text({**record, "start": started.get(problem.id, time.time()), "end": time.time()})
 
-        await run_items(self.problems, process, self.run_dir, workers=workers, on_crash=on_crash,
-                        desc=self.run_dir.stage, unit="problem", progress=progress, tally=AccuracyTally(),
-                        input_hash=lambda p: row_hash([p.question, p.gold]))
+        parts = [(self.problems[:timed], 1, " (timed, one at a time)"), (self.problems[timed:], workers, "")]
+        for problems, in_flight, what in parts:
+            if problems:
+                await run_items(problems, process, self.run_dir, workers=in_flight, on_crash=on_crash,
+                                desc=self.run_dir.stage + what, unit="problem", progress=progress,
+                                tally=AccuracyTally(), input_hash=lambda p: row_hash([p.question, p.gold]))
 
     def execute(self, cfg: InferenceOptions, targets: list[tuple[str, str, str | None]],
                 main: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 import signal
 import time
 from collections import Counter
@@ -151,6 +152,9 @@ class TeacherConfig:
     model: str = option(DEFAULT_MODEL, "served model name (say that it is a stand-in: manifests record it)")
     tokenizer: str | None = option(None, "count usage tokens with this tokenizer (folder or hub id) and apply "
                                    "max_tokens/stop as vLLM does; without one usage is 0 and answers are never cut")
+    jitter: float = option(0.0, "answer each request after a random wait of up to this many seconds, drawn afresh "
+                                "each run, so concurrent answers come back in another order each time (the test "
+                                "that nothing downstream of stages 1-2 depends on that order); 0: at once")
 
 
 class TeacherServer(HttpServer):
@@ -165,6 +169,7 @@ class TeacherServer(HttpServer):
         self.splitter = Splitter(config.tokenizer) if config.tokenizer else None
         self.answered: Counter[str] = Counter()  # stage -> requests answered (written by the serving loop only)
         self.refusals = 0
+        self.waits = random.Random()  # unseeded on purpose: the order of answers must not repeat
 
     @property
     def base_url(self) -> str:
@@ -224,6 +229,8 @@ class TeacherServer(HttpServer):
             raise ReplayRequestError(400, too_many)
         text = prompt_text(request, endpoint)
         stage, answer = find_answer(text, self.answers)
+        if self.config.jitter > 0:
+            await asyncio.sleep(self.waits.uniform(0, self.config.jitter))
         gen, prompt_tokens = self._generate(answer.text(stage), request, endpoint, text)
         self.answered[stage] += 1
         form = wire.Wire.for_request(endpoint, f"teacher-{sum(self.answered.values())}", request, int(time.time()))

@@ -41,7 +41,7 @@ class RLDataConfig:
                                        "giving each problem's reference length", var="REFERENCE_RUN")
     reference_column: str | None = option(None, "an input column holding each problem's reference length",
                                           var="REFERENCE_COLUMN")
-    agent_prompt: str | None = option(None, "agent prompt file (default sprint/prompts/agent.txt; `none`: none)",
+    agent_prompt: str | None = option(None, "agent prompt file (default prompts/agent.txt; `none`: none)",
                                       var="AGENT_PROMPT")
 
 

@@ -1,7 +1,7 @@
 """Latency-aware GRPO, `sprint grpo` (what run_grpo.sh runs, in .venv-rl): build the rows, start
 `swift rollout`, run `swift rlhf`.
 
-Three commands, from sprint/configs/grpo.yaml plus the options below (each set by a run_grpo.sh variable):
+Three commands, from configs/grpo.yaml plus the options below (each set by a run_grpo.sh variable):
 1. `python -m sprint.rl.grpo_data`: the training rows (question, gold, task, reference length);
 2. `swift rollout ... --multi_turn_scheduler sprint --external_plugins sprint/rl/plugin.py`: the vLLM
    server whose scheduler runs SPRINT rollouts (its environment carries the loop's settings);

@@ -18,10 +18,10 @@ trajectory model (parse + token accounting); nothing else parses the tags.
   reference is the problem's own sequential length, from a dataset column or a baseline run
   (see sprint.rl.grpo_data).
 
-Weights are ms-swift's `--reward_weights` (sprint/configs/grpo.yaml), one per reward, in this order.
+Weights are ms-swift's `--reward_weights` (configs/grpo.yaml), one per reward, in this order.
 
 - critical path (`sprint_critical_path`): not a reward but a measurement, the trajectory's
-  sequential tokens; given weight 0 (sprint/configs/grpo_mini.yaml) it changes no advantage, and
+  sequential tokens; given weight 0 (configs/grpo_mini.yaml) it changes no advantage, and
   ms-swift logs its mean per step beside the rewards, so the curve of the critical path is in the
   trainer's own log.
 """

@@ -57,7 +57,7 @@ class RolloutConfig:
     schedule: str = option("barrier", "when a phase's executors start (sprint.inference.schedule); the engine does not "
                            "stream, so `stream` starts them when the plan ends, with the stream layout",
                            choices=schedule_names(), var="SPRINT_RL_SCHEDULE")
-    agent_prompt: str | None = option(None, "agent prompt file (default sprint/prompts/agent.txt; `none`: no agent "
+    agent_prompt: str | None = option(None, "agent prompt file (default prompts/agent.txt; `none`: no agent "
                                       "prompt); must be the one the policy was fine-tuned with",
                                       var="SPRINT_RL_AGENT_PROMPT")
     executor_concurrency: int = option(64, "executor calls in flight per trajectory",

@@ -472,7 +472,7 @@ class TimeReplayConfig:
     prompt_mode: str | None = option(None, "how the run built its prompts (default: its manifest; raw for the "
                                            "authors' logs)", choices=PROMPT_MODES)
     agent_prompt: str | None = option(None, "agent prompt file the run used (default: its manifest's, else "
-                                            "sprint/prompts/agent.txt)")
+                                            "prompts/agent.txt)")
     limit: int | None = option(None, "time only the first N problems (default: all)", type=optional_int, var="LIMIT")
     temperature: float = option(0.6, "sampling temperature (the paper's; sampling costs a little per token)")
     top_p: float = option(0.95, "nucleus sampling (the paper's)")

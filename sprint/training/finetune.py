@@ -2,11 +2,11 @@
 
 ms-swift lives in its own environment (.venv-swift; it pins transformers<5.20 and datasets<4.8.5),
 so this module never imports it: it builds the `swift sft` command line from a recipe in
-sprint/configs/ plus the caller's overrides, checks the data with `sprint.training.sft_check`, and runs ms-swift
+configs/ plus the caller's overrides, checks the data with `sprint.training.sft_check`, and runs ms-swift
 as a subprocess. Building the command is a pure function, so tests can parse exactly what a
 cluster run would receive with ms-swift's own argument parser (`check_swift_args`).
 
-The recipe (sprint/configs/finetune_full.yaml) is the paper's: full fine-tuning, 5 epochs, per-device
+The recipe (configs/finetune_full.yaml) is the paper's: full fine-tuning, 5 epochs, per-device
 batch 1 (global 16), bf16, DeepSpeed ZeRO-3, 5% warmup then linear decay, eval/save every 100
 steps keeping the best checkpoint by eval loss. Learning rate: the paper says 1e-5, the authors'
 run script passes 1e-6; we default to the paper's 1e-5 (LR=1e-6 reproduces the script).
@@ -58,7 +58,7 @@ def config_path(tuner: str) -> Path:
 
 @dataclass
 class Recipe:
-    """A training recipe from sprint/configs/: ms-swift arguments plus the global batch size to keep,
+    """A training recipe from configs/: ms-swift arguments plus the global batch size to keep,
     and whether each batch is sorted into micro-batches of like length (sprint.training.batches)."""
 
     swift_args: dict[str, Any]
@@ -99,7 +99,7 @@ def _optional(kind: type):
 
 @dataclass
 class FinetuneOptions:
-    """What run_finetune.sh's variables set. None means: keep the recipe's value (sprint/configs/finetune_<tuner>.yaml)."""
+    """What run_finetune.sh's variables set. None means: keep the recipe's value (configs/finetune_<tuner>.yaml)."""
 
     train_data: str = option(help="training .jsonl (messages layout, from the packing stage)", flags=("--train",),
                              var="TRAIN_DATA")
@@ -108,7 +108,7 @@ class FinetuneOptions:
     val_data: str | None = option(None, "validation .jsonl; without it there is no eval loss and no best checkpoint",
                                   flags=("--val",), type=_optional(str), var="VAL_DATA")
     tuner: str = option("full", "full (the paper) or lora", choices=TUNERS, var="TUNER")
-    config: str | None = option(None, "recipe YAML (default sprint/configs/finetune_<tuner>.yaml)", type=_optional(str), var="CONFIG")
+    config: str | None = option(None, "recipe YAML (default configs/finetune_<tuner>.yaml)", type=_optional(str), var="CONFIG")
     nproc_per_node: int = option(1, "GPUs on this node (ms-swift runs torchrun)", var="NPROC_PER_NODE")
     # Multi-node: run the same command on every node with its own NODE_RANK; ms-swift hands these to
     # torchrun (its launcher reads NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT from the environment).
@@ -213,7 +213,7 @@ def resolve_swift_args(options: FinetuneOptions, recipe: Recipe) -> dict[str, An
     if args.get("tuner_type") != options.tuner:
         raise UserError(
             f"config {recipe.path} trains tuner_type={args.get('tuner_type')!r} but TUNER={options.tuner}; "
-            "pick the matching sprint/configs/finetune_<tuner>.yaml"
+            "pick the matching configs/finetune_<tuner>.yaml"
         )
     if not options.val_data:
         # Nothing to evaluate: keeping "the best by eval loss" would make transformers refuse to start.

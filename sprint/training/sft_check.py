@@ -29,7 +29,7 @@ from sprint.core.files import atomic_write
 from sprint.format.tags import THINK, THINK_END, last_tag
 from sprint.format.trajectory import load_tokenizer as _load_tokenizer
 
-DEFAULT_MAX_LENGTH = 7168  # the authors' ms-swift run; sprint/configs/finetune_*.yaml use the same
+DEFAULT_MAX_LENGTH = 7168  # the authors' ms-swift run; configs/finetune_*.yaml use the same
 DEFAULT_TEMPLATE = "deepseek_r1"
 MAX_LISTED_ERRORS = 10
 # `datasets` (ms-swift's JSONL loader) reads a file in chunks of this many bytes (JsonConfig.chunksize)
