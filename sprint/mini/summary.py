@@ -138,8 +138,10 @@ def print_summary(out: str) -> int:
     print("Table 2, in miniature (held-out Countdown problems; mean [95% CI])")
     print(f"{'method':<20} {'accuracy':<22} {'sequential tokens':<24} {'total tokens':<24} {'seconds/problem':<20}")
     for name, r in rows.items():
+        seconds = r["seconds_per_problem"]
+        timed = f" ({seconds['n']} run alone)" if seconds and seconds.get("n", r["problems"]) < r["problems"] else ""
         print(f"{name:<20} {cell(percent(r['accuracy']), '.1f') + ' %':<22} {cell(r['sequential_tokens'], '.1f'):<24} "
-              f"{cell(r['total_tokens'], '.1f'):<24} {cell(r['seconds_per_problem'], '.2f'):<20}")
+              f"{cell(r['total_tokens'], '.1f'):<24} {cell(seconds, '.2f') + timed:<20}")
     rft = rows.get("RFT")
     for name, folder in RUNS.items():
         run = root / "runs" / folder
