@@ -49,6 +49,16 @@ def _agent_file(tmp_path: Path) -> str:
     return str(path)
 
 
+def _one_phase_answer(prompt: str, prompts: int) -> str:
+    """A scripted model: a plan of `prompts` prompts, "ok" for each executor, then the final answer."""
+    if _is_executor(prompt):
+        return "ok"
+    if "<Plan_1>" in prompt:
+        return "<Final_answer>\n\\boxed{5}\n</Final_answer>"
+    listed = " ".join(f"<prompt_1.{k}> {'abc'[k - 1]} </prompt_1.{k}>" for k in range(1, prompts + 1))
+    return f"<Plan_1>\n{listed}\n</Plan_1>"
+
+
 def _config(srv: FakeServer, tmp_path: Path, data: str, **overrides: object) -> OrchestrationConfig:
     settings: dict = dict(
         planner_model="test-model",
@@ -398,11 +408,7 @@ def test_problems_and_executors_run_concurrently_up_to_their_limits(tmp_path: Pa
         with lock:
             active_questions[question] -= 1
             state["executors"] -= executor
-        if executor:
-            return "ok"
-        if "<Plan_1>" in prompt:
-            return "<Final_answer>\n\\boxed{5}\n</Final_answer>"
-        return "<Plan_1>\n<prompt_1.1> a </prompt_1.1> <prompt_1.2> b </prompt_1.2> <prompt_1.3> c </prompt_1.3>\n</Plan_1>"
+        return _one_phase_answer(prompt, 3)
 
     questions = [f"What is {i}+{5 - i}?" for i in range(5)]
     srv = scripted_server(handler)
@@ -432,11 +438,7 @@ def test_timed_problems_run_one_at_a_time_before_the_rest_share_the_server(tmp_p
         time.sleep(0.05)
         with lock:
             active[question] -= 1
-        if _is_executor(prompt):
-            return "ok"
-        if "<Plan_1>" in prompt:
-            return "<Final_answer>\n\\boxed{5}\n</Final_answer>"
-        return "<Plan_1>\n<prompt_1.1> a </prompt_1.1> <prompt_1.2> b </prompt_1.2>\n</Plan_1>"
+        return _one_phase_answer(prompt, 2)
 
     questions = [f"What is {i}+{5 - i}?" for i in range(6)]
     srv = scripted_server(handler)
