@@ -12,7 +12,8 @@
 #      one token budget (`sprint mini-steps`): SPRINT on the packed rows, RFT on the sequential traces
 #      (BASE_STEPS=0: both straight from the random init);
 #   5. vLLM (CPU) serves each; `orchestrate` (barrier and stream) for SPRINT, `baseline` for RFT, on
-#      the held-out problems, one problem in flight (latency), each after a thrown-away warm-up run;
+#      the held-out problems, each after a thrown-away warm-up run: the first TIMED one at a time (latency,
+#      the seconds column), the rest PROBLEM_WORKERS at a time (answers and tokens);
 #   5'. with GRPO_STEPS > 0 (make demo-grpo): latency-aware GRPO from the SPRINT model (`sprint grpo --cpu`),
 #      the GRPO model measured like the others, and both models sampled as GRPO samples (the policy it trains);
 #   6. `evaluate`: Table 2 (accuracy, sequential and total tokens, seconds per problem, with CIs),
@@ -29,7 +30,7 @@ OUT="${DEMO_DIR:-outputs/mini}"
 PY="${PYTHON:-.venv/bin/python}"
 SPRINT_BIN="${SPRINT_BIN:-.venv/bin/sprint}"
 HIGH="${HIGH:-6}"                        # numbers 1..HIGH (sprint mini-data --high)
-N_TEST="${N_TEST:-200}"                  # held-out problems (the issue asks for >= 200)
+N_TEST="${N_TEST:-200}"                  # held-out problems (Table 2 over >= 200)
 BASE_STEPS="${BASE_STEPS:-800}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill); 0: none
 MAX_STEPS="${MAX_STEPS:-750}"            # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps)
 FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
@@ -89,7 +90,7 @@ DATA="$OUT/dag" OUT_DIR="$OUT/sft" TEST_FRAC=0.02 AGENT_PROMPT=none EXECUTOR_ROW
 
 step "4a. the project's own tokenizer and one random-init model"
 # --extra-text: the packed rows' file as plain text, so the plans' wording is learned (with some JSON pieces that
-# never occur in a row); learning from the rows' text instead was measured once: README "The tokenizer's corpus"
+# never occur in a row); learning from the rows' text instead was measured once: docs/experiments.md "Tokenizer corpus"
 "$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl"
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" \
   --num-heads "$HEADS" --num-kv-heads "$HEADS" --seed 0
