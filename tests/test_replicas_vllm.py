@@ -36,7 +36,7 @@ def planner(request: dict, endpoint: str) -> str:
 
 @pytest.fixture(scope="module")
 def second_vllm(vllm_python: Path, vllm_server, tmp_path_factory: pytest.TempPathFactory):
-    """Replica B: the tiny model again, with the priority scheduler (the session server is A)."""
+    """Replica B: the tiny model again, with the priority scheduler (A is the server shared by this test run, the `vllm_server` fixture)."""
     log_path = tmp_path_factory.mktemp("vllm-b") / "server.log"
     server = start_vllm(vllm_server.model_dir, vllm_server.served_model_name, free_port(), python=vllm_python,
                         log_path=log_path, extra_args=("--enable-prefix-caching", "--enable-prompt-tokens-details",

@@ -1,5 +1,5 @@
 """The real vllm-router in front of two real vLLM CPU servers (tiny model), all started by
-`sprint serve --replicas 2` (the session fixture `router_replicas`): every call of a problem on one
+`sprint serve --replicas 2` (the fixture `router_replicas`, started once per test run): every call of a problem on one
 replica, both replicas used, prefix-cache hits, and a replica SIGKILLed mid-run with every problem
 still ok, none lost or written twice, and an honest exit code.
 

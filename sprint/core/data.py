@@ -101,7 +101,13 @@ def parse_range(spec: str | None, n: int) -> range:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    return list(iter_records(path) if path.name == RECORDS_FILE else iter_jsonl(path))
+    return list(iter_rows(path))
+
+
+def iter_rows(path: Path) -> Iterator[dict]:
+    """The rows of a JSONL file as a stage should read them: a stage's records.jsonl in its input's
+    order (`iter_records`), any other file in file order."""
+    return iter_records(path) if path.name == RECORDS_FILE else iter_jsonl(path)
 
 
 def _jsonl_lines(path: Path) -> Iterator[tuple[int, dict]]:
@@ -284,7 +290,7 @@ def check_stage_input(source: str, expected: str, command: str, key: str, flag: 
             raise UserError(f"{source!r} is the output of `sprint {stage}`, not of `sprint {expected}`; {wants}; {where}")
         if stage == expected:
             return
-    first_file = path / "records.jsonl" if path.is_dir() else path
+    first_file = path / RECORDS_FILE if path.is_dir() else path
     if not (first_file.is_file() and first_file.suffix.lower() == ".jsonl"):
         return
     first = next(iter_jsonl(first_file), None)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from sprint.core.data import (QUESTION_COLUMNS, Item, check_stage_input, fingerprint, iter_jsonl, iter_records, load_items,
+from sprint.core.data import (QUESTION_COLUMNS, Item, check_stage_input, fingerprint, iter_jsonl, iter_rows, load_items,
                                parse_range, resolve_local, short_reason, to_item)
 from sprint.core.errors import UserError, failed_items_exit
 from sprint.core.options import add_options, config_from, flag_name, option
@@ -404,8 +404,7 @@ class PackInput:
             return
         assert self.path is not None and self.selected is not None
         taken: set[str] = set()
-        # a stage folder's records in its input's order, whatever order its items finished in
-        for row in (iter_records(self.path) if self.stage else iter_jsonl(self.path)):
+        for row in iter_rows(self.path):  # a stage's records in input order, whatever order they finished in
             self.rows += 1
             if not self.columns:
                 self.columns = sorted(row)

@@ -96,14 +96,14 @@ def latency_seconds(problems: Sequence[RawProblem]) -> list[float]:
         if timed is not None:
             spans.append((min(c.start for c in timed), max(c.end for c in timed)))
     spans.sort()
+    every = [max(0.0, end - start) for start, end in spans]
     alone = []
     latest_end = float("-inf")  # the latest end among the spans before this one
     for i, (start, end) in enumerate(spans):
         next_start = spans[i + 1][0] if i + 1 < len(spans) else float("inf")
         if latest_end <= start and end <= next_start:
-            alone.append(end - start)
+            alone.append(every[i])
         latest_end = max(latest_end, end)
-    every = [max(0.0, end - start) for start, end in spans]
     return alone if 0 < len(alone) < len(every) else every
 
 

@@ -26,7 +26,7 @@ ENGINE = "VLLM::EngineCor"  # comm names are cut at 15 characters
 
 
 def session_processes(session: int) -> dict[int, str]:
-    """pid -> command name of every process in the session (vLLM runs in its own session)."""
+    """pid -> command name of every process in the Linux session `session` (vLLM runs in its own, `setsid`)."""
     found: dict[int, str] = {}
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
