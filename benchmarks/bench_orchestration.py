@@ -10,7 +10,7 @@ so they do not depend on the time scale; the scale only makes the run short.
    Orchestration wall-clock / critical-path bound, for `--schedule barrier` and `stream`, and
    stream / barrier. The wall-clock of a problem runs from its start to the end of its last
    model call (grading and writing the record come after). The bound is
-   `sprint.timing.latency.critical_path` with the server's latency model and token counts.
+   `sprint.latency.simulate.critical_path` with the server's latency model and token counts.
 2. All problems at once against a server serving at most `--capacity` sequences:
    makespan / ideal, where ideal = max(total work / capacity, longest critical path) and the work
    of a call is the time it holds a slot (prefill + decode, from the critical-path timeline).
@@ -38,7 +38,8 @@ from pathlib import Path
 
 from make_trajectories import make_problems, write_problems
 
-from sprint.timing.latency import LatencyModel, critical_path_timeline
+from sprint.latency.model import LatencyModel
+from sprint.latency.simulate import critical_path_timeline
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 from sprint.format.prompt_format import PromptFormat, load_agent_prompt
 from sprint.timing.replay_server import DEFAULT_MODEL, DEFAULT_TOKENIZER
@@ -94,14 +95,13 @@ class ServerSpec:
     tokenizer: str = DEFAULT_TOKENIZER
 
     def latency(self) -> LatencyModel:
-        d = LatencyModel()
-        return LatencyModel(d.ttft_base_s, d.ttft_per_prompt_token_s, self.ms_per_token / 1000, self.batch_slowdown,
-                            self.capacity)
+        return LatencyModel.simple(s_per_token=self.ms_per_token / 1000, batch_slowdown=self.batch_slowdown,
+                                   capacity=self.capacity)
 
     def describe(self) -> str:
         m = self.latency()
         cap = f"capacity {self.capacity}" if self.capacity else "no capacity limit"
-        return (f"{self.ms_per_token:g} ms/token, prefill {m.ttft_base_s * 1000:g} ms + {m.ttft_per_prompt_token_s * 1e3:g} "
+        return (f"{self.ms_per_token:g} ms/token, prefill {m.prefill_base_s * 1000:g} ms + {m.prefill_per_token_s * 1e3:g} "
                 f"ms/prompt token, batch slowdown {self.batch_slowdown:g}, {cap}; time scale {self.time_scale:g}")
 
 
@@ -112,7 +112,8 @@ def replay_process(folder: Path, spec: ServerSpec) -> Iterator[str]:
     m = spec.latency()
     command = [sys.executable, "-m", "sprint", "replay-server", str(folder), "--port", str(port),
                "--ms-per-token", str(spec.ms_per_token), "--batch-slowdown", str(spec.batch_slowdown),
-               "--ttft-base", str(m.ttft_base_s), "--ttft-per-token", str(m.ttft_per_prompt_token_s * 1000),
+               "--ttft-base", str(m.prefill_base_s), "--ttft-per-token", str(m.prefill_per_token_s * 1000),
+               "--ms-per-context-token", str(m.step_per_context_s * 1000),
                "--time-scale", str(spec.time_scale), "--tokenizer", spec.tokenizer]
     if spec.capacity:
         command += ["--capacity", str(spec.capacity)]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench_orchestration import ServerSpec, calls_end, data_root, make_workload, ok_records, prompt_overhead, replay_process
 
-from sprint.timing.latency import critical_path
+from sprint.latency.simulate import critical_path
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 from sprint.timing.replay_server import DEFAULT_MODEL
 from sprint.timing.wire import Splitter
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 latencies = [calls_end(r) - r["start"] for r in records.values()]
                 begin = min(r["start"] for r in records.values())
                 makespan = max(calls_end(r) for r in records.values()) - begin
-                service = sum(model.prefill(c["prompt_tokens"]) + c["completion_tokens"] * model.s_per_token
+                service = sum(model.sequential_time(c["completion_tokens"], c["prompt_tokens"])
                               for r in records.values() for c in r["calls"] if c["kept"] and c["error"] is None)
                 ideal = max(longest, service * args.time_scale / args.capacity)
                 measured[label].append((statistics.mean(latencies), statistics.median(latencies), makespan, ideal))

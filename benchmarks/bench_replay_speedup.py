@@ -44,7 +44,8 @@ from bench_orchestration import (
     run_orchestrate,
 )
 
-from sprint.timing.latency import LatencyModel, critical_path
+from sprint.latency.model import LatencyModel
+from sprint.latency.simulate import critical_path
 from sprint.inference.baseline import BaselineConfig, baseline
 from sprint.timing.replay_server import DEFAULT_BASELINE_MODEL
 from sprint.timing.wire import Splitter

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from sprint.core.calls import FINAL, RECORD_KEYS, CallRecord
-from sprint.timing.latency import LatencyModel, critical_path_timeline
+from sprint.latency.model import LatencyModel
+from sprint.latency.simulate import critical_path_timeline
 from sprint.format.trajectory import Execution, Phase, Trajectory, render_prompt
 
 

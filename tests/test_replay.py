@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import json
 import subprocess
@@ -16,7 +18,7 @@ from sprint.cli import build_parser, main
 from sprint.core.errors import UserError
 from sprint.core.resources import prompt_file
 from sprint.timing.faults import FaultPlan
-from sprint.timing.latency import LatencyModel
+from sprint.latency.model import H100, H200, LatencyModel
 from sprint.llm.client import LLMClient, LLMConfig, Sampling
 from sprint.timing.replay import ReplayRequestError, load_library, read_request, resolve
 from sprint.core.options import config_from
@@ -26,7 +28,7 @@ from sprint.timing.wire import Splitter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 AGENT = prompt_file("agent").read_text(encoding="utf-8").strip()
-FAST = LatencyModel(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.0, batch_slowdown=0.0)
+FAST = LatencyModel.simple(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.0, batch_slowdown=0.0)
 MODEL = "sprint-replay"
 
 
@@ -299,7 +301,7 @@ def test_unknown_requests_get_clear_4xx(traj_dir: Path):
 
 def test_timing_follows_the_latency_model(traj_dir: Path):
     t = sums()
-    model = LatencyModel(ttft_base_s=0.05, ttft_per_prompt_token_s=0.0005, s_per_token=0.006, batch_slowdown=0.0)
+    model = LatencyModel.simple(ttft_base_s=0.05, ttft_per_prompt_token_s=0.0005, s_per_token=0.006, batch_slowdown=0.0)
     prompt = planner_prompt(t, 1)
     with replay_server([traj_dir], model, tokenizer="words") as srv:
         c = client(srv)
@@ -327,7 +329,7 @@ def test_timing_follows_the_latency_model(traj_dir: Path):
 
 def test_time_scale_speeds_everything_up(traj_dir: Path):
     t = sums()
-    slow = LatencyModel(ttft_base_s=5.0, ttft_per_prompt_token_s=0.01, s_per_token=0.5, batch_slowdown=0.0)
+    slow = LatencyModel.simple(ttft_base_s=5.0, ttft_per_prompt_token_s=0.01, s_per_token=0.5, batch_slowdown=0.0)
     with replay_server([traj_dir], slow, tokenizer="words", time_scale=0.01) as srv:
         c = client(srv)
         started = time.monotonic()
@@ -359,7 +361,7 @@ def test_batching_slows_decoding_and_capacity_queues(traj_dir: Path):
     t = sums()
     request = (executor_prompt(t, 1, "1.1"), "</execution_1.1>")
     n = words(t.phases[0].execution("1.1").text) + 1  # with the stop string's token
-    batched = LatencyModel(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.02, batch_slowdown=1.0)
+    batched = LatencyModel.simple(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.02, batch_slowdown=1.0)
     with replay_server([traj_dir], batched, tokenizer="words") as srv:
         asyncio.run(_concurrently(srv, [request, request]))
         calls = srv.stats().calls
@@ -367,7 +369,7 @@ def test_batching_slows_decoding_and_capacity_queues(traj_dir: Path):
     # the first and last step or two may run alone, as the requests do not arrive at the same instant
     for served in calls:
         assert n * 0.04 - 0.045 <= served.call.end - served.admitted <= n * 0.04 + 0.15
-    queued = LatencyModel(
+    queued = LatencyModel.simple(
         ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.02, batch_slowdown=0.0, capacity=1
     )
     with replay_server([traj_dir], queued, tokenizer="words") as srv:
@@ -383,7 +385,7 @@ def test_batching_slows_decoding_and_capacity_queues(traj_dir: Path):
 def test_many_concurrent_streams(traj_dir: Path):
     t = sums()
     requests = [(executor_prompt(t, 1, name), f"</execution_{name}>") for name in ("1.1", "1.2")] * 40
-    model = LatencyModel(ttft_base_s=0.05, ttft_per_prompt_token_s=0.0, s_per_token=0.01, batch_slowdown=0.0)
+    model = LatencyModel.simple(ttft_base_s=0.05, ttft_per_prompt_token_s=0.0, s_per_token=0.01, batch_slowdown=0.0)
     with replay_server([traj_dir], model, tokenizer="words") as srv:
         texts = asyncio.run(_concurrently(srv, requests, stream=True))
         stats = srv.stats()
@@ -393,7 +395,7 @@ def test_many_concurrent_streams(traj_dir: Path):
 
 def test_a_client_that_hangs_up_stops_its_generation(traj_dir: Path):
     t = sums()
-    slow = LatencyModel(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.1, batch_slowdown=0.0)
+    slow = LatencyModel.simple(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.1, batch_slowdown=0.0)
     with replay_server([traj_dir], slow, tokenizer="words") as srv:
         impatient = openai.OpenAI(base_url=srv.base_url, api_key="EMPTY", max_retries=0, timeout=0.2)
         with pytest.raises(openai.APITimeoutError):
@@ -485,7 +487,12 @@ def test_cli_flags_build_the_server_config(capsys: pytest.CaptureFixture):
         ["replay-server", "d", "--ms-per-token", "20", "--ttft-per-token", "0.1", "--capacity", "3", "--faults", "5xx=0.5,seed=2"]
     )
     config = config_from(ReplayConfig, args)
-    assert config.latency == LatencyModel(LatencyModel.ttft_base_s, 0.0001, 0.02, LatencyModel.batch_slowdown, 3)
+    # the default model (H200) with the parts the flags give replaced
+    assert config.latency == dataclasses.replace(H200, prefill_per_token_s=0.0001, prefill_per_pair_s=0.0, prefill_floor_s=0.0,
+                                                 step_base_s=0.02, step_per_seq_s=0.0, capacity=3)
+    slow = config_from(ReplayConfig, build_parser(["replay-server"]).parse_args(
+        ["replay-server", "d", "--latency-from", "h100", "--batch-slowdown", "0.5", "--ms-per-context-token", "0"])).latency
+    assert slow is not None and slow.step(2, 1000) == pytest.approx(H100.s_per_token * 1.5) and slow.gpu == H100.gpu
     assert config.faults == FaultPlan(rate_5xx=0.5, seed=2) and config.port == 8000
     assert config_from(ReplayConfig, build_parser(["replay-server"]).parse_args(["replay-server", "d"])).faults is None
     for bad in (["--time-scale", "-1"], ["--ms-per-token", "-3"], ["--faults", "nonsense=1"]):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sprint.timing.faults import FaultPlan
-from sprint.timing.latency import LatencyModel
+from sprint.latency.model import LatencyModel
 from sprint.llm.failures import ERROR_KINDS
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
 from sprint.timing.replay_server import DEFAULT_MODEL, replay_server
@@ -19,7 +19,7 @@ from sprint.format.trajectory import Execution, Phase, Trajectory, parse, render
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # 20 ms per token, run 2000x faster than real time
-LATENCY = LatencyModel(s_per_token=0.020)
+LATENCY = LatencyModel.simple(s_per_token=0.020)
 TIME_SCALE = 0.0005
 
 

@@ -16,12 +16,12 @@ from tests.fake_server import FakeServer, Reply, ScriptedServer, prompt_words
 from tests.test_replay import executor_prompt, sums, traj_dir  # noqa: F401  (traj_dir: a fixture)
 
 from sprint.core.errors import UserError
-from sprint.timing.latency import LatencyModel
+from sprint.latency.model import LatencyModel
 from sprint.core.items import RUN_STOP, RunStop
 from sprint.llm.client import LLMConfig, Sampling
 from sprint.llm.failures import LLMError
 from sprint.inference.orchestration import OrchestrationConfig, call_priority, orchestrate
-from sprint.timing.latency import PrioritySlots
+from sprint.timing.slots import PrioritySlots
 from sprint.timing.replay_server import replay_server
 from sprint.llm.replicas import HashRing, ReplicaPool, session_id, split_urls
 
@@ -389,7 +389,7 @@ def test_cached_tokens_reach_records_manifest_and_report(tmp_path: Path, shared_
 def test_replay_server_queue_honours_priority(traj_dir: Path) -> None:  # noqa: F811  (the fixture)
     t = sums()
     prompt = executor_prompt(t, 1, "1.1")
-    slow = LatencyModel(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.02, batch_slowdown=0.0,
+    slow = LatencyModel.simple(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=0.02, batch_slowdown=0.0,
                         capacity=1)
 
     async def go(url: str) -> None:

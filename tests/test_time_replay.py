@@ -3,6 +3,8 @@ barrier and stream releases, the summary figures, and the latency fit on synthet
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import heapq
 import json
@@ -15,7 +17,7 @@ import pytest
 
 from sprint import cli
 from sprint.inference.baseline import BaselineConfig, baseline
-from sprint.timing.latency import LatencyModel, load_latency_model
+from sprint.latency.model import LatencyModel, load_latency_model
 from sprint.core.calls import CallRecord
 from sprint.timing.latency_fit import decode_concurrency, fit_latency, summarize_timing, timing_table
 from sprint.timing.replay_server import ReplayConfig
@@ -261,30 +263,38 @@ def test_summary_pairs_problems_and_buckets_by_baseline_length() -> None:
 
 def simulate(model: LatencyModel, arrivals: list[tuple[float, int, int]]) -> list[CallRecord]:
     """An engine that behaves as the latency model says, per-call clocks as in the replay server:
-    prefill from arrival, then one token per step, each step `model.step(sequences decoding now)`."""
+    prefill from arrival, then one token per step, each step `model.step(sequences decoding now,
+    their contexts summed)`, a sequence's context being its prompt + the tokens it has made."""
     events = [(t + model.prefill(p), 0, i) for i, (t, p, n) in enumerate(arrivals)]
     heapq.heapify(events)
-    decoding, left, first, end = 0, {}, {}, {}
+    decoding, contexts, left, first, end = 0, 0, {}, {}, {}
     while events:
         t, kind, i = heapq.heappop(events)
         if kind == 0:
             decoding += 1
+            contexts += arrivals[i][1]
             left[i] = arrivals[i][2]
         else:
             left[i] -= 1
+            contexts += 1
             first.setdefault(i, t)
         if left[i] == 0:
             decoding -= 1
+            contexts -= arrivals[i][1] + arrivals[i][2]
             end[i] = t
             continue
-        heapq.heappush(events, (t + model.step(decoding), 1, i))
+        heapq.heappush(events, (t + model.step(decoding, contexts), 1, i))
     return [CallRecord("executor", 1, prompt_tokens=arrivals[i][1], completion_tokens=arrivals[i][2], start=arrivals[i][0],
                        end=end[i], first_token=first[i]) for i in range(len(arrivals))]
 
 
+TERMS = ("step_base_s", "step_per_seq_s", "prefill_base_s", "prefill_per_token_s")
+
+
 @pytest.mark.parametrize("truth", [
-    LatencyModel(0.06, 4e-5, 0.0073, 0.008),  # H100-like
-    LatencyModel(0.02, 3e-4, 0.004, 0.05),  # a CPU-like engine: slow prefill, strong batch effect
+    LatencyModel.simple(0.06, 4e-5, 0.0073, 0.008),  # H100-like, no KV term
+    LatencyModel.simple(0.02, 3e-4, 0.004, 0.05),  # a CPU-like engine: slow prefill, strong batch effect
+    dataclasses.replace(LatencyModel.simple(0.03, 5e-5, 0.006, 0.01), step_per_context_s=4e-7),  # KV reads matter
 ])
 def test_fit_recovers_known_parameters_within_5_percent(truth: LatencyModel) -> None:
     rng = random.Random(3)
@@ -293,16 +303,23 @@ def test_fit_recovers_known_parameters_within_5_percent(truth: LatencyModel) -> 
         t += rng.expovariate(1 / 0.25)
         arrivals.append((t, rng.randint(20, 3000), rng.randint(2, 300)))
     fit = fit_latency([simulate(truth, arrivals)])
-    for name in ("ttft_base_s", "ttft_per_prompt_token_s", "s_per_token", "batch_slowdown"):
-        assert getattr(fit.model, name) == pytest.approx(getattr(truth, name), rel=0.05), name
+    if truth.step_per_context_s == 0:
+        for name in TERMS:
+            assert getattr(fit.model, name) == pytest.approx(getattr(truth, name), rel=0.05), name
+        assert fit.model.step_per_context_s < 1e-8  # 1 % of a 1 ms step at 1,000 tokens of context
+    else:  # the per-sequence and the context terms go together (more sequences, more context): the steps must agree (time-averaged loads: within 2.5 %)
+        assert fit.model.step_per_context_s == pytest.approx(truth.step_per_context_s, rel=0.1)
+        for k, contexts in ((1, 100), (1, 3000), (4, 6000), (8, 12000)):
+            assert fit.model.step(k, contexts) == pytest.approx(truth.step(k, contexts), rel=0.025), (k, contexts)
+        assert fit.model.prefill(1000) == pytest.approx(truth.prefill(1000), rel=0.05)
     assert fit.duration_mape < 0.02 and fit.concurrency_range[1] > 3 and not fit.note
 
 
-def test_fit_without_overlap_says_batch_slowdown_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    truth = LatencyModel(0.05, 1e-4, 0.01, 0.0)
+def test_fit_without_overlap_says_the_per_sequence_term_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    truth = LatencyModel.simple(0.05, 1e-4, 0.01, 0.0)
     arrivals = [(10.0 * i, 100 * i + 10, 20 + i) for i in range(6)]
     fit = fit_latency([simulate(truth, arrivals)])
-    assert fit.model.s_per_token == pytest.approx(0.01, rel=1e-6) and fit.model.batch_slowdown == 0.0
+    assert fit.model.s_per_token == pytest.approx(0.01, rel=1e-6) and fit.model.step_per_seq_s == 0.0
     assert "not identified" in fit.note
     assert decode_concurrency(simulate(truth, arrivals)) == pytest.approx([1.0] * 6)
     path = tmp_path / "latency.json"
@@ -315,8 +332,18 @@ def test_fit_without_overlap_says_batch_slowdown_is_unknown(tmp_path: Path, caps
     assert "cannot read the latency model" in capsys.readouterr().err
 
 
+def test_a_latency_file_of_the_earlier_form_still_loads(tmp_path: Path) -> None:
+    """fit-latency's files before the KV term: the same prefills and steps as they gave."""
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"latency_model": {"ttft_base_s": 0.03, "ttft_per_prompt_token_s": 1e-4,
+                                                  "s_per_token": 0.008, "batch_slowdown": 0.02, "capacity": None}}))
+    model = load_latency_model(path)
+    assert model.prefill(100) == pytest.approx(0.03 + 0.01)
+    assert model.step(1, 5000) == pytest.approx(0.008) and model.step(4, 5000) == pytest.approx(0.008 * 1.06)
+
+
 def test_fit_latency_command_writes_the_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    truth = LatencyModel(0.03, 1e-4, 0.008, 0.02)
+    truth = LatencyModel.simple(0.03, 1e-4, 0.008, 0.02)
     rng = random.Random(1)
     arrivals = [(0.05 * i, rng.randint(10, 500), rng.randint(5, 50)) for i in range(40)]
     calls = [{"start": c.start, "first_token": c.first_token, "end": c.end, "prompt_tokens": c.prompt_tokens,
@@ -324,7 +351,7 @@ def test_fit_latency_command_writes_the_model(tmp_path: Path, capsys: pytest.Cap
     (tmp_path / "timing.json").write_text(json.dumps({"methods": {"barrier": {"problems": [], "run_calls": calls}}}))
     assert cli.main(["fit-latency", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "s_per_token" in out and "fit error" in out
+    assert "step_base_s" in out and "fit error" in out
     assert load_latency_model(tmp_path / "latency.json").s_per_token == pytest.approx(0.008, rel=0.05)
     assert cli.main(["fit-latency", str(tmp_path / "nowhere")]) == 2
 
@@ -456,6 +483,6 @@ def test_run_script_times_then_fits(tmp_path: Path, shared_data: Path, scripted_
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "forced lengths honoured 8/8 calls" in done.stdout  # 7 stream calls (a redrawn plan) + 1 baseline call
-    assert "s_per_token" in done.stdout and (tmp_path / "out" / "latency.json").is_file()
+    assert "step_base_s" in done.stdout and (tmp_path / "out" / "latency.json").is_file()
     bodies = [b for _, b in srv.completion_requests]
     assert all(b["model"] == "test-model" for b in bodies) and len(bodies) == 8

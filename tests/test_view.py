@@ -18,7 +18,8 @@ from sprint.viewer import timeline as TL
 from sprint.core.errors import UserError
 from sprint.evaluation.runs import run_fingerprint
 from sprint.format import trajectory
-from sprint.timing.latency import LatencyModel, critical_path_timeline
+from sprint.latency.model import LatencyModel
+from sprint.latency.simulate import critical_path_timeline
 from sprint.format.trajectory import Execution, Phase, Trajectory, parse, render_prompt
 from sprint.viewer.pages import ProblemView, _row, plan_html
 from sprint.viewer.site import ViewConfig, build
@@ -114,7 +115,7 @@ def test_modelled_timeline_matches_the_latency_model() -> None:
               [Execution("1.1", "two plus two is four"), Execution("1.2", "four")]),
     ], "So \\boxed{4}.")
     words = lambda s: len(s.split())  # noqa: E731 - a word counter keeps the arithmetic visible
-    model = LatencyModel(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=1.0)
+    model = LatencyModel.simple(ttft_base_s=0.0, ttft_per_prompt_token_s=0.0, s_per_token=1.0, batch_slowdown=0.0)
     # words: the plan is 12 (tags count as words) + </Plan_1>; execution 1.1 is 5 + its closing tag, 1.2 is 1 + 1.
     # barrier: both start at 13, 1.1 ends last (19). stream: 1.1 starts after 6 plan words and ends at 12,
     # 1.2 starts after 12 and ends at 14, so 1.2 is on the path. The final answer adds 2 words + its tag.

@@ -5,16 +5,22 @@ per problem for each SPRINT schedule and the baseline, the speedup overall and p
 of the baseline (bootstrap CIs over problems, `sprint.evaluation.metrics`), the share of call time spent
 before the first token (prefill + queueing), and the prefix-cache hit ratio.
 
-`fit_latency` fits `sprint.timing.latency.LatencyModel` to the measured calls, so the replay server can
-simulate the user's own hardware (`replay-server --latency-from latency.json`):
+`fit_latency` fits every term of `sprint.latency.model.LatencyModel` to the measured calls, so the
+replay server and `evaluate --latency` can simulate the user's own hardware (`--latency-from latency.json`):
 
-- decode: a call's time after its first token, per token, is `s_per_token × (1 + batch_slowdown ×
-  (m − 1))`, where m is the time-averaged number of calls decoding during its decode window
-  (itself included); weighted least squares over calls (weight = its tokens);
-- prefill: its time to first token minus one decode step is `ttft_base_s + ttft_per_prompt_token_s
-  × prompt tokens` (least squares; cache hits lower the slope, as they do on the engine).
+- decode: a call's time after its first token, per token, is `step_base_s + step_per_seq_s × m +
+  step_per_context_s × C`, where m is the time-averaged number of calls decoding during its decode
+  window (itself included) and C the time-averaged sum of their contexts (prompt + tokens so far,
+  growing evenly over each call's window); weighted least squares over calls (weight = its
+  tokens), every term ≥ 0;
+- prefill: its time to first token minus one such step is `prefill_base_s + prefill_per_token_s ×
+  new + prefill_per_pair_s × new × (cached + new / 2)`, new = prompt − the prefix-cache hits the
+  server reported (least squares, terms ≥ 0).
 
-    python -m sprint fit-latency TIMING_DIR [--out latency.json]
+A step-cost table (`sprint gpu-probe`'s file, the H200 table) is fitted by `sprint.latency.stepfit`
+instead, and the error of every cell printed.
+
+    python -m sprint fit-latency TIMING_DIR|TABLE.json [--out latency.json]
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import numpy as np
 from sprint.evaluation import metrics as M
 from sprint.core.calls import CallRecord
 from sprint.core.errors import UserError
-from sprint.timing.latency import LatencyModel
+from sprint.latency.model import FORMAT, LatencyModel, model_from_file_data
+from sprint.latency.stepfit import fit_step_table
 from sprint.core.options import add_options, config_from, option
 from sprint.core.files import atomic_write
 
@@ -202,18 +209,32 @@ def _first_token(call: CallRecord) -> float:
 
 def decode_concurrency(calls: Sequence[CallRecord]) -> np.ndarray:
     """For each call, the time-averaged number of calls decoding during its decode window (itself included)."""
+    return decode_load(calls)[0]
+
+
+def decode_load(calls: Sequence[CallRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """For each call, the time-averaged number of calls decoding during its decode window (itself
+    included) and the time-averaged sum of their contexts: what its decode steps were priced by."""
     first = np.array([_first_token(c) for c in calls], float)
     end = np.array([c.end for c in calls], float)
-    points = np.unique(np.concatenate([first, end]))
-    # decoding count on each interval [points[k], points[k+1])
-    starts = np.searchsorted(np.sort(first), points, side="right")
-    ends = np.searchsorted(np.sort(end), points, side="right")
-    count = (starts - ends).astype(float)
-    area = np.concatenate([[0.0], np.cumsum(count[:-1] * np.diff(points))])  # ∫ count dt up to each point
+    prompt = np.array([c.prompt_tokens for c in calls], float)
+    tokens = np.array([c.completion_tokens for c in calls], float)
     width = end - first
     with np.errstate(divide="ignore", invalid="ignore"):
-        m = (np.interp(end, points, area) - np.interp(first, points, area)) / width
-    return np.where(width > 0, m, 1.0)
+        rate = np.where(width > 0, tokens / width, 0.0)[None, :]  # j's tokens per second
+    busy, context = np.zeros(len(calls)), np.zeros(len(calls))
+    for i0 in range(0, len(calls), 512):  # [i, j]: call i's window against call j's, 512 rows at a time
+        rows = slice(i0, i0 + 512)
+        lo = np.maximum(first[rows, None], first[None, :])
+        hi = np.minimum(end[rows, None], end[None, :])
+        overlap = np.clip(hi - lo, 0.0, None)
+        grown = rate * ((hi - first[None, :]) ** 2 - (lo - first[None, :]) ** 2) / 2
+        busy[rows] = overlap.sum(axis=1)
+        context[rows] = np.where(overlap > 0, prompt[None, :] * overlap + grown, 0.0).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m, c = busy / width, context / width
+    alone = width <= 0
+    return np.where(alone, 1.0, m), np.where(alone, prompt, c)
 
 
 @dataclass
@@ -229,16 +250,27 @@ class LatencyFit:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["latency_model"] = d.pop("model")
-        return d
+        return {"format": FORMAT, "source": "time-replay measurements", **d}
 
 
-def _lstsq(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
-    """Weighted least squares of y = a + b·x; b is 0 when x does not vary."""
+def _nonneg_lstsq(columns: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted least squares of y on the columns with every coefficient ≥ 0 (best of the subsets that
+    stay non-negative; a column that does not vary beside the others is left at 0)."""
     sw = np.sqrt(w)
-    if np.ptp(x) < 1e-9:
-        return float(np.average(y, weights=w)), 0.0
-    a, b = np.linalg.lstsq(np.column_stack([sw, sw * x]), sw * y, rcond=None)[0]
-    return float(a), float(b)
+    best, best_err = np.zeros(len(columns)), float(np.sum(w * y * y))
+    for mask in range(1, 2 ** len(columns)):
+        keep = [i for i in range(len(columns)) if mask >> i & 1]
+        x = np.column_stack([columns[i] for i in keep])
+        if np.linalg.matrix_rank(x * sw[:, None]) < len(keep):
+            continue
+        coef = np.linalg.lstsq(x * sw[:, None], sw * y, rcond=None)[0]
+        if np.any(coef < 0):
+            continue
+        err = float(np.sum(w * (x @ coef - y) ** 2))
+        if err < best_err * (1 - 1e-9):
+            best, best_err = np.zeros(len(columns)), err
+            best[keep] = coef
+    return best
 
 
 def fit_latency(groups: Sequence[Sequence[CallRecord]]) -> LatencyFit:
@@ -246,29 +278,37 @@ def fit_latency(groups: Sequence[Sequence[CallRecord]]) -> LatencyFit:
     calls = [c for g in groups for c in g]
     if len(calls) < 3:
         raise UserError(f"need at least 3 measured calls to fit the latency model, got {len(calls)}; run time-replay first")
-    m = np.concatenate([decode_concurrency(g) for g in groups])
+    loads = [decode_load(g) for g in groups]
+    m = np.concatenate([x[0] for x in loads])
+    ctx = np.concatenate([x[1] for x in loads])
     n = np.array([c.completion_tokens for c in calls], float)
     prompt = np.array([c.prompt_tokens for c in calls], float)
+    cached = np.array([min(c.cached_tokens or 0, c.prompt_tokens) for c in calls], float)
     ttft = np.array([_first_token(c) - c.start for c in calls], float)
     decode = np.array([c.end - _first_token(c) for c in calls], float)
     use = n > 1
     if use.sum() < 2:
         raise UserError("the measured calls generate at most one token each; nothing to fit decode speed on")
     per_token = decode[use] / (n[use] - 1)
-    s, sb = _lstsq(m[use] - 1, per_token, n[use] - 1)
-    s = max(s, 1e-9)
-    b = max(sb / s, 0.0)
-    note = "" if np.ptp(m[use]) > 0.5 else "calls hardly overlapped: batch_slowdown is not identified (set to 0)"
-    step = s * (1 + b * (m - 1))
-    base, per_prompt = _lstsq(prompt, ttft - step, np.ones_like(prompt))
-    model = LatencyModel(ttft_base_s=max(base, 0.0), ttft_per_prompt_token_s=max(per_prompt, 0.0), s_per_token=s,
-                         batch_slowdown=b)
-    predicted = model.prefill(0) + model.ttft_per_prompt_token_s * prompt + n * step
+    overlapped = np.ptp(m[use]) > 0.5
+    columns = [np.ones(int(use.sum())), m[use] if overlapped else np.zeros(int(use.sum())), ctx[use]]
+    base, per_seq, per_ctx = _nonneg_lstsq(columns, per_token, n[use] - 1)
+    if base + per_seq <= 0:
+        base = float(np.average(per_token, weights=n[use] - 1))
+    note = "" if overlapped else "calls hardly overlapped: the per-sequence term is not identified (set to 0)"
+    step = base + per_seq * m + per_ctx * ctx
+    new = prompt - cached
+    pre = _nonneg_lstsq([np.ones_like(new), new, new * (cached + new / 2)], ttft - step, np.ones_like(new))
+    model = LatencyModel(step_base_s=float(base), step_per_seq_s=float(per_seq), step_per_context_s=float(per_ctx),
+                         prefill_base_s=float(pre[0]), prefill_floor_s=0.0, prefill_per_token_s=float(pre[1]),
+                         prefill_per_pair_s=float(pre[2]), gpu="measured by time-replay")
+    prefill = np.array([model.prefill(int(a), int(b)) for a, b in zip(new, cached)])
+    predicted = prefill + n * step
     measured = np.array([c.end - c.start for c in calls], float)
     return LatencyFit(
         model=model, calls=len(calls),
         decode_rmse_ms=float(np.sqrt(np.mean((per_token - step[use]) ** 2)) * 1000),
-        ttft_rmse_ms=float(np.sqrt(np.mean((ttft - (model.prefill(0) + model.ttft_per_prompt_token_s * prompt + step)) ** 2)) * 1000),
+        ttft_rmse_ms=float(np.sqrt(np.mean((ttft - (prefill + step)) ** 2)) * 1000),
         duration_mape=float(np.mean(np.abs(predicted - measured) / np.maximum(measured, 1e-9))),
         concurrency_range=(float(m.min()), float(m.max())), note=note,
     )
@@ -280,46 +320,80 @@ def read_timing(path: str | Path) -> dict[str, Any]:
     try:
         return json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{p} does not exist; pass the --out folder of a time-replay run") from None
+        raise UserError(f"{p} does not exist; pass the --out folder of a time-replay run or a step-cost table") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{p} is not valid JSON ({exc.msg}); re-run time-replay") from None
 
 
-def fit_text(fit: LatencyFit) -> str:
-    m = fit.model
-    lines = [
-        f"fitted on {fit.calls} measured calls (decode concurrency {fit.concurrency_range[0]:.2f}–{fit.concurrency_range[1]:.2f}):",
-        f"  ttft_base_s             = {m.ttft_base_s:.6f}   ({m.ttft_base_s * 1000:.2f} ms)",
-        f"  ttft_per_prompt_token_s = {m.ttft_per_prompt_token_s:.3e}   ({m.ttft_per_prompt_token_s * 1e6:.2f} µs per prompt token)",
-        f"  s_per_token             = {m.s_per_token:.6f}   ({m.s_per_token * 1000:.3f} ms per token alone)",
-        f"  batch_slowdown          = {m.batch_slowdown:.5f}   (+{m.batch_slowdown:.2%} per extra decoding sequence)",
-        f"fit error: decode {fit.decode_rmse_ms:.3f} ms/token RMSE, TTFT {fit.ttft_rmse_ms:.2f} ms RMSE, "
-        f"call duration {fit.duration_mape:.1%} mean absolute error",
+def model_lines(m: LatencyModel) -> list[str]:
+    """The terms, one a line, in the units a person reads."""
+    return [
+        f"  step_base_s         = {m.step_base_s:.6f}   ({m.step_base_s * 1000:.3f} ms per decode step)",
+        f"  step_per_seq_s      = {m.step_per_seq_s:.3e}   ({m.step_per_seq_s * 1000:.4f} ms per decoding sequence)",
+        f"  step_per_context_s  = {m.step_per_context_s:.3e}   ({m.step_per_context_s * 1e6:.5f} µs per context token)",
+        f"  prefill_base_s      = {m.prefill_base_s:.6f}   ({m.prefill_base_s * 1000:.2f} ms per call)",
+        f"  prefill_floor_s     = {m.prefill_floor_s:.6f}   ({m.prefill_floor_s * 1000:.2f} ms at least)",
+        f"  prefill_per_token_s = {m.prefill_per_token_s:.3e}   ({m.prefill_per_token_s * 1e6:.2f} µs per new token)",
+        f"  prefill_per_pair_s  = {m.prefill_per_pair_s:.3e}   ({m.prefill_per_pair_s * 1e9:.3f} ns per (new, context) pair)",
     ]
+
+
+def fit_text(fit: LatencyFit) -> str:
+    lines = [f"fitted on {fit.calls} measured calls (decode concurrency "
+             f"{fit.concurrency_range[0]:.2f}–{fit.concurrency_range[1]:.2f}):", *model_lines(fit.model),
+             f"fit error: decode {fit.decode_rmse_ms:.3f} ms/token RMSE, TTFT {fit.ttft_rmse_ms:.2f} ms RMSE, "
+             f"call duration {fit.duration_mape:.1%} mean absolute error"]
     if fit.note:
         lines.append(f"note: {fit.note}")
     return "\n".join(lines)
+
+
+def table_fit(table: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
+    """A step-cost table with its fitted model added (what the latency file holds), and the terminal text."""
+    try:
+        fitted = fit_step_table(table)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{source}: cannot fit its step-cost table ({exc})") from None
+    model = model_from_file_data({**table, "latency_model": fitted["terms"]}, source)
+    out = {**table, "format": FORMAT, "latency_model": model.terms(),
+           "fit": {k: v for k, v in fitted.items() if k != "terms"}}
+    dec = fitted["decode"]
+    lines = [f"fitted on {dec['cells']} decode cells of {source} ({model.gpu}):", *model_lines(model),
+             f"decode: every cell within {dec['max_error']:.1%} (mean {dec['mean_error']:.1%})"]
+    if fitted.get("prefill"):
+        pre = fitted["prefill"]
+        lines.append(f"prefill: {pre['cells']} compute-bound cells, within {pre['max_error']:.1%} "
+                     f"(mean {pre['mean_error']:.1%}); the floor is one decode step, as under CUDA graphs")
+    return out, "\n".join(lines)
 
 
 @dataclass
 class FitConfig:
     """`python -m sprint fit-latency`."""
 
-    timing: str = option(help="time-replay output folder (or its timing.json)", cli=False)
-    out: str | None = option(None, "where to write the fitted model (default: TIMING_DIR/latency.json)")
+    timing: str = option(help="time-replay output folder (or its timing.json), or a step-cost table", cli=False)
+    out: str | None = option(None, "where to write the fitted model (default: TIMING_DIR/latency.json; for a "
+                             "step-cost table, latency.json in the current folder)")
 
 
 def handle(args: argparse.Namespace) -> int:
     cfg = config_from(FitConfig, args)
-    fit = fit_latency(samples_from_timing(read_timing(cfg.timing)))
-    out = Path(cfg.out) if cfg.out else (Path(cfg.timing) if Path(cfg.timing).is_dir() else Path(cfg.timing).parent) / "latency.json"
-    atomic_write(out, json.dumps(fit.as_dict(), indent=1) + "\n")
-    print(fit_text(fit))
-    print(f"wrote {out}; simulate this hardware with `sprint replay-server … --latency-from {out}`")
+    data = read_timing(cfg.timing)
+    if isinstance(data, dict) and "decode" in data and "methods" not in data:
+        result, text = table_fit(data, cfg.timing)
+        out = Path(cfg.out or "latency.json")
+    else:
+        fit = fit_latency(samples_from_timing(data))
+        result, text = fit.as_dict(), fit_text(fit)
+        out = Path(cfg.out) if cfg.out else (Path(cfg.timing) if Path(cfg.timing).is_dir() else Path(cfg.timing).parent) / "latency.json"
+    atomic_write(out, json.dumps(result, indent=1) + "\n")
+    print(text)
+    print(f"wrote {out}; use it with `sprint replay-server … --latency-from {out}` or `sprint evaluate … --latency {out}`")
     return 0
 
 
 def register(p: argparse.ArgumentParser) -> None:
     p.description = __doc__
-    p.add_argument("timing", metavar="TIMING_DIR", help="time-replay output folder (or its timing.json)")
+    p.add_argument("timing", metavar="TIMING_DIR", help="time-replay output folder (or its timing.json), or a "
+                   "step-cost table (sprint gpu-probe's file)")
     add_options(p, FitConfig)

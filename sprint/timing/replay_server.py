@@ -4,9 +4,11 @@ It lets the orchestrator (or any client) run against *recorded* SPRINT trajector
 timing of a real GPU server, so schedules can be compared in seconds rather than tokens:
 
 - which recording answers a request is `sprint.timing.replay`'s business (`resolve`);
-- generation follows `sprint.timing.latency.LatencyModel`: prefill, then one decode step per token,
-  slower with the number of sequences decoding at once, at most `capacity` sequences at once
-  (the others wait in a queue ordered by vLLM's per-request `priority`, then arrival: `latency.PrioritySlots`);
+- generation follows `sprint.latency.model.LatencyModel`: prefill, then one decode step per token,
+  each step priced by the sequences decoding at that moment and their contexts (prompt + tokens so
+  far), at most `capacity` sequences at once (the others wait in a queue ordered by vLLM's
+  per-request `priority`, then arrival: `slots.PrioritySlots`); the server keeps no prefix cache,
+  so a prompt is prefilled whole;
   `time_scale` multiplies every delay so tests and benchmarks can run faster than real time;
 - `stop`, `max_tokens`, streaming (SSE, token by token) and `usage` behave as in vLLM
   (`sprint.timing.wire`, shared with the scripted test server);
@@ -39,7 +41,8 @@ from sprint.timing import wire
 from sprint.core.errors import UserError
 from sprint.timing.http_server import Dropped, HttpServer, http_json
 from sprint.timing.faults import FaultPlan
-from sprint.timing.latency import LatencyModel, PrioritySlots, load_latency_model
+from sprint.latency.model import DEFAULT_LATENCY, PRESETS, LatencyModel, resolve_latency
+from sprint.timing.slots import PrioritySlots
 from sprint.core.options import add_options, check_range, config_from, option
 from sprint.timing.replay import ReplayLibrary, ReplayRequestError, load_library, prompt_text, resolve
 from sprint.timing.wire import Generation, Splitter
@@ -59,25 +62,33 @@ def _ms(seconds: float) -> float:
 class ReplayConfig:
     """How the replay server listens, names its models, times and breaks its answers.
 
-    The timing flags default to `LatencyModel`'s figures (7B bf16 on one H100, vLLM), in the
-    units a person types (ms); Python callers may pass `latency` / `faults` objects instead.
+    The latency model is a preset or a latency file (`--latency-from`, default the H200 one); each
+    timing flag given replaces its part, in the units a person types (ms). Python callers may
+    pass `latency` / `faults` objects instead.
     """
 
     host: str = option("127.0.0.1", "address to listen on (loopback: reachable from this machine only)")
     port: int = option(8000, "port to listen on (vLLM's default, so clients need no change); 0 = any free port")
     model: str = option(DEFAULT_MODEL, "served model name: answers with recorded plans and executions")
     baseline_model: str = option(DEFAULT_BASELINE_MODEL, "model name that answers with recorded sequential outputs")
-    ttft_base: float = option(LatencyModel.ttft_base_s, "fixed prefill time", metavar="SECONDS")
-    ttft_per_token: float = option(_ms(LatencyModel.ttft_per_prompt_token_s), "prefill ms per prompt token", metavar="MS")
-    ms_per_token: float = option(_ms(LatencyModel.s_per_token), "decode ms per token for one sequence", metavar="MS")
-    batch_slowdown: float = option(LatencyModel.batch_slowdown, "relative slowdown per extra decoding sequence")
-    capacity: int | None = option(
-        LatencyModel.capacity, "max sequences served at once; more wait, lowest `priority` (vLLM's per-request "
-        "field) first, then in arrival order (default: unlimited)"
-    )
     latency_from: str | None = option(
-        None, "latency model fitted to your hardware by `sprint fit-latency` (its latency.json); replaces the "
-        "timing flags above, --capacity still applies", metavar="FILE",
+        None, f"latency model: a preset ({', '.join(PRESETS)}) or a latency file (`sprint gpu-probe`'s, "
+        f"`sprint fit-latency`'s latency.json, a step-cost table); default {DEFAULT_LATENCY}", metavar="FILE",
+    )
+    ttft_base: float | None = option(None, "fixed time before every prefill (default: the latency model's)",
+                                     metavar="SECONDS")
+    ttft_per_token: float | None = option(None, "prefill ms per prompt token (default: the latency model's)",
+                                          metavar="MS")
+    ms_per_token: float | None = option(
+        None, "decode ms per token of one sequence at no context (default: the latency model's)", metavar="MS")
+    batch_slowdown: float | None = option(
+        None, "relative slowdown of a step per extra decoding sequence (default: the latency model's)")
+    ms_per_context_token: float | None = option(
+        None, "decode ms per step per context token of each decoding sequence, its KV read (default: the "
+        "latency model's)", metavar="MS")
+    capacity: int | None = option(
+        None, "max sequences served at once; more wait, lowest `priority` (vLLM's per-request "
+        "field) first, then in arrival order (default: unlimited)"
     )
     time_scale: float = option(1.0, "multiply every delay (0.1 = 10x faster than real time; 0 = no waiting)")
     fault_spec: str | None = option(
@@ -95,21 +106,29 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         check_range(ReplayConfig, "time_scale", self.time_scale, 0)
-        if self.latency is None and self.latency_from:
-            self.latency = replace(load_latency_model(self.latency_from), capacity=self.capacity)
         if self.latency is None:
             try:
-                self.latency = LatencyModel(
-                    self.ttft_base,
-                    self.ttft_per_token / 1000,
-                    self.ms_per_token / 1000,
-                    self.batch_slowdown,
-                    self.capacity,
-                )
+                self.latency = with_flags(resolve_latency(self.latency_from), self)
             except ValueError as exc:
                 raise UserError(f"bad latency model: {exc}") from None
         if self.faults is None and self.fault_spec:
             self.faults = FaultPlan.from_spec(self.fault_spec)
+
+
+def with_flags(model: LatencyModel, cfg: ReplayConfig) -> LatencyModel:
+    """`model` with the parts the timing flags give replaced, and the flags' capacity."""
+    changes: dict[str, Any] = {"capacity": cfg.capacity}
+    if cfg.ttft_base is not None:
+        changes["prefill_base_s"] = cfg.ttft_base
+    if cfg.ttft_per_token is not None:
+        changes.update(prefill_per_token_s=cfg.ttft_per_token / 1000, prefill_per_pair_s=0.0, prefill_floor_s=0.0)
+    if cfg.ms_per_token is not None or cfg.batch_slowdown is not None:
+        s = cfg.ms_per_token / 1000 if cfg.ms_per_token is not None else model.s_per_token
+        slowdown = cfg.batch_slowdown if cfg.batch_slowdown is not None else model.step_per_seq_s / max(s, 1e-12)
+        changes.update(step_base_s=s * (1 - slowdown), step_per_seq_s=s * slowdown)
+    if cfg.ms_per_context_token is not None:
+        changes["step_per_context_s"] = cfg.ms_per_context_token / 1000
+    return replace(model, **changes)
 
 
 @dataclass
@@ -171,6 +190,7 @@ class ReplayServer(HttpServer):
         self._counter = 0
         self._running = 0
         self._decoding = 0
+        self._context = 0  # the decoding sequences' contexts, summed (each step reads their KV caches)
         self._capacity: PrioritySlots | None = None
 
     @property
@@ -363,6 +383,8 @@ class ReplayServer(HttpServer):
                 await asyncio.sleep(max(0.0, begin + latency.prefill(record.call.prompt_tokens) * scale - loop.time()))
                 check()
                 self._decoding += 1
+                context = record.call.prompt_tokens
+                self._context += context
                 with self._lock:
                     self._stats.max_decoding = max(self._stats.max_decoding, self._decoding)
                 try:
@@ -370,7 +392,9 @@ class ReplayServer(HttpServer):
                     sent = 0
                     n = gen.tokens
                     for i in range(n):
-                        deadline += latency.step(self._decoding) * scale
+                        deadline += latency.step(self._decoding, self._context) * scale
+                        self._context += 1
+                        context += 1
                         if drop_after is not None and respond is not None and i >= drop_after:
                             await respond.send(gen.pieces[sent:i])
                             raise Dropped
@@ -388,6 +412,7 @@ class ReplayServer(HttpServer):
                         self._stats.max_lateness_s = max(self._stats.max_lateness_s, lateness)
                 finally:
                     self._decoding -= 1
+                    self._context -= context
             finally:
                 self._running -= 1
 
@@ -470,8 +495,9 @@ def replay_server(
 def register(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Answer planner / executor requests with recorded plans and executions, timed by a latency model: "
-        "prefill = TTFT base + per-prompt-token cost, then one decode step per token, each step "
-        "ms-per-token × (1 + batch-slowdown × (sequences decoding − 1)). Defaults: 7B bf16 on one H100 (vLLM)."
+        "a prefill of the prompt, then one decode step per token, each step priced by the sequences decoding "
+        "at that moment and their contexts. Default: a 7B model in bf16 on one H200 (the measured step costs "
+        "of README 'Modelled seconds'); --latency-from a preset or a latency file, the timing flags to change a part."
     )
     p.add_argument(
         "sources",

@@ -17,7 +17,7 @@ from sprint.evaluation import table2 as T2
 from sprint.evaluation.report import FIGURES
 from sprint.format.tags import prompt_open
 from sprint.format.trajectory import Trajectory
-from sprint.timing.latency import LatencyModel
+from sprint.latency.model import LatencyModel
 from sprint.viewer import timeline as TL
 
 DECODED_KEY = "sequential_decoded"  # evaluate's sequential tokens as decoded (tags included), when it gives them
@@ -204,7 +204,7 @@ def index_page(metrics: dict, views: list[list[ProblemView]], pages: dict[str, s
     note = ""
     if any(t.source == "modelled" for vs in views for pv in vs for t in pv.timelines):
         note = ('<p class="note">Some runs recorded no call times: their times are modelled from token counts '
-                "by <code>sprint.timing.latency</code> (default latency model), not measured.</p>")
+                "by <code>sprint.latency</code> (one problem alone on the GPU), not measured.</p>")
     sources = ", ".join(escape(r) for r in runs) + (f"; baseline {', '.join(escape(b) for b in baseline)}"
                                                      if baseline else "")
     body = (f"<header><h1>SPRINT runs</h1><p class=\"sub\">{sources} · task {_e(metrics.get('task'))} · "
@@ -271,9 +271,8 @@ def _timelines(views: list[ProblemView], model: LatencyModel) -> str:
     parts = []
     if any(t.source == "modelled" for t in tls):
         parts.append(f'<p class="note">No call times were recorded for this run (e.g. the authors\' logs): the '
-                     f"timeline is <b>modelled from token counts</b> by <code>sprint.timing.latency</code> "
-                     f"({model.s_per_token * 1000:g} ms per token, prefill {model.ttft_base_s * 1000:g} ms + "
-                     f"{model.ttft_per_prompt_token_s * 1000:g} ms per prompt token), not measured.</p>")
+                     f"timeline is <b>modelled from token counts</b> by <code>sprint.latency</code>, one problem "
+                     f"alone on the GPU ({escape(model.describe())}), not measured.</p>")
     for t in tls:
         crit = " → ".join(b.lane for b in t.critical)
         parts.append(f'<figure class="tl"><figcaption><b>{escape(t.label)}</b>: {t.total:.2f} s to the last call; '

@@ -11,7 +11,7 @@ viewer writes a self-contained folder (no server, no network, no CDN: it opens f
   its executions, the answer and gold, and a Gantt chart of every model call with the critical
   path highlighted (`sprint.viewer.timeline`), the baseline's one call below it, several runs (barrier
   vs stream) on one time scale. Runs without recorded call times get a timeline modelled from
-  token counts by `sprint.timing.latency`, and say so.
+  token counts by `sprint.latency`, and say so.
 
 The runs are read once (`sprint.evaluation.runs`), handed to `sprint.evaluation.evaluate` (run into
 OUT/evaluation, or an existing evaluation passed with `--evaluation`), and the pages are built on what
@@ -42,7 +42,8 @@ from sprint.evaluation.runs import Key, LoadedRun, Parsed, load_gold, load_runs,
 from sprint.format.tokencount import batch_counts
 from sprint.format.trajectory import Trajectory
 from sprint.tasks.registry import TaskChoices, get_task
-from sprint.timing.latency import SCHEDULES, LatencyModel
+from sprint.latency.model import LatencyModel
+from sprint.latency.simulate import SCHEDULES
 from sprint.viewer import timeline as TL
 from sprint.viewer.pages import ProblemView, index_page, problem_page
 

@@ -6,7 +6,7 @@ its start and end. Three sources:
 
 - recorded: the `calls` of an orchestration record (`start`/`end` wall-clock times, `kept`,
   `draw`, `run`), so redrawn plans, retried and thrown-away (stream) executions show too;
-- modelled: `sprint.timing.latency.critical_path_timeline` turns a trajectory's token counts into
+- modelled: `sprint.latency.simulate.critical_path_timeline` turns a trajectory's token counts into
   seconds, for runs that recorded no times (the authors' logs);
 - measured: the calls `sprint time-replay` timed on a real engine (`from_timing`).
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field, replace
 from html import escape
 from pathlib import Path
@@ -30,11 +29,10 @@ from typing import Any, Iterable, Sequence
 
 from sprint.core.calls import BASELINE, EXECUTOR, FINAL, PLANNER, CallRecord
 from sprint.core.errors import UserError
-from sprint.format.tokencount import batch_counts
-from sprint.timing.latency import SCHEDULES, LatencyModel, PathTiming, critical_path_timeline
+from sprint.latency.model import LatencyModel
+from sprint.latency.simulate import SCHEDULES, PathTiming, modelled_timelines
 from sprint.format.trajectory import Trajectory
 
-_LINE = re.compile(r"[^\n]*\n|[^\n]+")  # lines with their break; they join back to the text
 KIND_ORDER = {PLANNER: 0, EXECUTOR: 1, FINAL: 2, BASELINE: 3}  # by CallRecord.kind
 
 # SVG geometry (pixels): a label column, then the plot; one row per lane.
@@ -201,36 +199,18 @@ def from_timing(path: str | Path) -> dict[str, list[Timeline]]:
 
 
 def from_path(path: PathTiming, label: str) -> Timeline:
-    """A modelled timeline from `sprint.timing.latency.critical_path_timeline` (token counts -> seconds)."""
+    """A modelled timeline from `sprint.latency.simulate.critical_path_timeline` (token counts -> seconds)."""
     timeline = Timeline(label, "modelled", [Bar(c) for c in path.calls], path.schedule)
     mark_critical(timeline.bars)
     return timeline
 
 
-def modelled_paths(trajs: Sequence[Trajectory], tokenizer: str, model: LatencyModel) -> list[dict[str, PathTiming]]:
+def modelled_paths(trajs: Sequence[Trajectory], tokenizer: str, model: LatencyModel,
+                   **options: Any) -> list[dict[str, PathTiming]]:
     """Per trajectory, {schedule: critical-path timeline} under the latency model, for runs that
-    recorded no call times.
-
-    The latency model asks for the same lines many times (a plan, each prompt's prefix of it, the
-    phase as the next call's context), so a first pass notes the texts, their distinct lines (with
-    their line breaks) are encoded once in batches, and a text counts as the sum of its lines.
-    That is the latency model's own additivity, exact unless a line starts with a space or a
-    non-ASCII character that BPE would merge with the break before it (totals within 0.03% on
-    benchmarks/make_trajectories.py's trajectories), at a fraction of the cost of whole texts.
-    """
-    texts: list[str] = []
-
-    def note(text: str) -> int:
-        texts.append(text)
-        return 0
-
-    for traj in trajs:
-        for schedule in SCHEDULES:
-            critical_path_timeline(traj, model, note, schedule)
-    lines = {t: _LINE.findall(t) for t in set(texts)}
-    table = batch_counts(tokenizer, list({line for parts in lines.values() for line in parts}))
-    counts = {t: sum(table[line] for line in parts) for t, parts in lines.items()}
-    return [{s: critical_path_timeline(t, model, counts.__getitem__, s) for s in SCHEDULES} for t in trajs]
+    recorded no call times (`sprint.latency.simulate.modelled_timelines`, the evaluation's own
+    modelled seconds; `options`: those of `critical_path_timeline`)."""
+    return modelled_timelines(list(trajs), tokenizer, model, **options)[0]
 
 
 def with_baseline(timeline: Timeline, seconds: float | None, tokens: int | None = None) -> Timeline:
