@@ -179,13 +179,22 @@ def test_table2_numbers_by_hand(runs: dict[str, Path], tmp_path: Path, tok_dir: 
     assert report.index(f"## {TITLE}") < report.index("## Summary")
     lines = report.splitlines()
     assert "| Method | Problems | Accuracy [95% CI] | Sequential tokens [95% CI] | Total tokens [95% CI] | " \
-           "Seconds per problem [95% CI] |" in lines
+           "Seconds per problem [95% CI] | Seconds per problem (modelled: NVIDIA H200, one problem at a time) " \
+           "[95% CI] |" in lines
+    assert table["modelled"] == "modelled: NVIDIA H200, one problem at a time"
+
+    def measured(start: str) -> str:  # a row without its last cell (the modelled seconds: tests/test_modelled_seconds.py)
+        return next(line for line in lines if line.startswith(start)).rsplit(" | ", 1)[0] + " |"
+
     b = f"{(b1 + b2) / 2:,.0f} [{b1:,.0f}–{b2:,.0f}]"
-    assert f"| RFT | 2 | 100.0% [100.0–100.0%] | {b} | {b} | 9.00 [8.00–10.00] |" in lines
-    assert (f"| SPRINT &lt;b&gt;barrier&lt;/b&gt; | 2 | 50.0% [0.0–100.0%] | {(s1 + s2) / 2:,.0f} [{s1:,.0f}–{s2:,.0f}] "
-            f"| {(t1 + t2) / 2:,.0f} [{t1:,.0f}–{t2:,.0f}] | 4.00 [3.00–5.00] |") in lines
-    assert next(line for line in lines if line.startswith("| stream |")).endswith("| – |")  # not measured
-    assert next(line for line in lines if line.startswith("| GRPO |")).endswith("| 6.00 [6.00–6.00] (1/2) |")
+    assert measured("| RFT |") == f"| RFT | 2 | 100.0% [100.0–100.0%] | {b} | {b} | 9.00 [8.00–10.00] |"
+    assert measured("| SPRINT &lt;") == (
+        f"| SPRINT &lt;b&gt;barrier&lt;/b&gt; | 2 | 50.0% [0.0–100.0%] | {(s1 + s2) / 2:,.0f} [{s1:,.0f}–{s2:,.0f}] "
+        f"| {(t1 + t2) / 2:,.0f} [{t1:,.0f}–{t2:,.0f}] | 4.00 [3.00–5.00] |")
+    assert measured("| stream |").endswith("| – |")  # not measured
+    assert measured("| GRPO |").endswith("| 6.00 [6.00–6.00] (1/2) |")
+    # every row has modelled seconds: the texts are there whether or not the run was timed
+    assert all(r["modelled_seconds"]["n"] == 2 for r in table["rows"])
     assert "<b>barrier</b>" not in report
 
 
@@ -200,6 +209,7 @@ def test_cli_labels_and_no_call_times(runs: dict[str, Path], tmp_path: Path, tok
     assert table["rows"][1]["seconds_per_problem"] is None  # null in the JSON, never a made-up number
     assert table["rows"][0]["seconds_per_problem"] == {"value": 9.0, "ci": None, "n": 2}  # --bootstrap 0: no CI
     assert "| RFT | 2 | 100.0% |" in (out / "report.md").read_text()
+    assert table["rows"][1]["modelled_seconds"]["value"] > 0  # modelled though never timed
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["baseline"] == [f"{runs['base']}=RFT"]  # as given; fingerprinted from the folder
     again = cli.main(["evaluate", str(runs["stream"]), "--out", str(out), "--bootstrap", "0", "--no-plots",

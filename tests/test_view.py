@@ -261,7 +261,8 @@ def test_authors_logs_get_a_modelled_timeline(tmp_path: Path, tok_dir: Path) -> 
     html = (tmp_path / "site" / "problems" / "7.html").read_text()
     assert "modelled from token counts" in html
     assert "gold answer: <code>4</code>" in html  # from the gold CSV, as evaluate read it
-    assert "modelled, barrier schedule" in html and "modelled, stream schedule" in html
+    label = "modelled: NVIDIA H200, one problem at a time"
+    assert f"{label}, barrier schedule" in html and f"{label}, stream schedule" in html
     svgs = re.findall(r"<svg class=\"timeline\".*?</svg>", html, re.S)
     assert len(svgs) == 2 and all(s.count('class="bar executor') == 3 for s in svgs)
     assert result.pages == 1

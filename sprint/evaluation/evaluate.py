@@ -31,6 +31,7 @@ from sprint.core.options import add_options, config_from, option
 from sprint.core.records import FolderSet
 from sprint.core.manifest import text_hash, write_manifest
 from sprint.evaluation import metrics as M
+from sprint.evaluation import modelled as MS
 from sprint.evaluation.grader import GradingProcess, grade_while
 from sprint.evaluation.report import viewer_link, warm_up_figures, write_report
 from sprint.evaluation.table2 import MethodRun, build_table
@@ -66,6 +67,9 @@ class EvaluateConfig:
     seed: int = option(0, "bootstrap seed")
     workers: int | None = option(None, "grading processes (default: one per CPU)")
     plots: bool = option(True, "skip the PNG figures", flags=("--no-plots",))
+    latency: str | None = option(
+        None, "GPU the seconds per problem are modelled on: a preset (h200, h100), a latency file (sprint gpu-probe, "
+        "sprint fit-latency), or none (default: h200, the measured H200 table)", metavar="MODEL")
 
 
 # --------------------------------------------------------------------------- the stage
@@ -189,11 +193,18 @@ def _evaluate_steps(cfg: EvaluateConfig, gold: dict[str, Any] | None, all_runs: 
     grades, counted, timing = _grade_and_count(all_runs, parsed, answers, task, planner, executor, cfg.workers,
                                                grader=grader, while_waiting=warm_up_figures if write and cfg.plots else None)
     stats = dict(resamples=cfg.resamples, seed=cfg.seed, confidence=cfg.confidence)
-    run_results = [_run_result(ri, run, answers, grades, counted, parsed, stats) for ri, run in enumerate(all_runs)]
+    t0 = time.perf_counter()
+    chosen = MS.setting(cfg.latency, planner)
+    seconds = MS.problem_seconds(all_runs, parsed, counted, planner, chosen) if chosen else {}
+    timing["modelled_s"] = round(time.perf_counter() - t0, 3)
+    run_results = [_run_result(ri, run, answers, grades, counted, parsed, stats, seconds)
+                   for ri, run in enumerate(all_runs)]
     sprint_results, base_results = run_results[:n_sprint], run_results[n_sprint:]
-    metrics = _metrics(task.name, planner, executor, cfg.gold, stats, sprint_results, base_results, timing)
+    metrics = _metrics(task.name, planner, executor, cfg.gold, stats, sprint_results, base_results, timing, chosen)
+    reference = M.baseline_reference([b.results for b in base_results]) if base_results else None
     metrics["table2"] = build_table([MethodRun(rr.label, rr.mode, rr.path, rr.results, run.problems, rr.summary,
-                                               rr.manifest) for rr, run in zip(run_results, all_runs)], **stats)
+                                               rr.manifest) for rr, run in zip(run_results, all_runs)],
+                                    modelled=chosen.label if chosen else None, reference=reference, **stats)
     files: dict[str, Path] = {}
     if write:
         metrics["timing"]["total_s"] = round(time.perf_counter() - started, 3)
@@ -337,9 +348,12 @@ def _count_all(
 
 
 def _problem_result(prob: RawProblem, pred: str | None, ok: bool, tc: TokenCounts | int | None,
-                    got: Parsed | None) -> M.ProblemResult:
+                    got: Parsed | None, seconds: dict[str, float] | None, schedule: str) -> M.ProblemResult:
     res = M.ProblemResult(id=prob.id, correct=bool(ok), answered=pred is not None, status=prob.status,
                           forced_final=prob.forced_final, predicted=pred, reported_tokens=prob.reported_tokens)
+    if seconds:
+        res.modelled_by_schedule = dict(seconds)
+        res.modelled_seconds = seconds.get(schedule)
     if isinstance(tc, TokenCounts) and got is not None:
         traj = got.traj
         res.sequential, res.sequential_decoded, res.total = tc.sequential, tc.sequential_decoded, tc.total
@@ -353,9 +367,12 @@ def _problem_result(prob: RawProblem, pred: str | None, ok: bool, tc: TokenCount
 
 
 def _run_result(ri: int, run: LoadedRun, answers: dict[Key, str | None], grades: dict[Key, bool],
-                counted: dict[Key, TokenCounts | int], parsed: dict[Key, Parsed], stats: dict) -> RunResult:
-    """One run's per-problem results and their summary (accuracy, tokens, bootstrap CIs)."""
-    results = [_problem_result(prob, answers[(ri, pi)], grades[(ri, pi)], counted.get((ri, pi)), parsed.get((ri, pi)))
+                counted: dict[Key, TokenCounts | int], parsed: dict[Key, Parsed], stats: dict,
+                seconds: dict[Key, dict[str, float]]) -> RunResult:
+    """One run's per-problem results and their summary (accuracy, tokens, modelled seconds, bootstrap CIs)."""
+    schedule = MS.schedule_of(run.manifest) if run.mode == "sprint" else MS.SEQUENTIAL
+    results = [_problem_result(prob, answers[(ri, pi)], grades[(ri, pi)], counted.get((ri, pi)), parsed.get((ri, pi)),
+                               seconds.get((ri, pi)), schedule)
                for pi, prob in enumerate(run.problems)]
     return RunResult(run.label, str(run.path), run.mode, results, M.summarize_results(results, **stats), run.manifest)
 
@@ -386,8 +403,33 @@ def _run_entry(rr: RunResult, reference: dict[str, float] | None) -> dict:
             "prefix_cache": (rr.manifest or {}).get("prefix_cache") or None}  # the run's hit ratios (its manifest)
 
 
+def _modelled(chosen: MS.ModelledSetting | None, sprint_results: list[RunResult], base_results: list[RunResult],
+              reference: dict[str, float] | None, stats: dict) -> dict | None:
+    """metrics.json's `modelled`: each run's modelled seconds (overall, by bucket) and SPRINT / baseline ratios."""
+    if chosen is None:
+        return None
+
+    def values(rr: RunResult, schedule: str) -> dict[str, float]:
+        return {r.id: r.modelled_by_schedule[schedule] for r in rr.results if schedule in r.modelled_by_schedule}
+
+    runs = []
+    for rr in sprint_results + base_results:
+        schedule = MS.schedule_of(rr.manifest) if rr.mode == "sprint" else MS.SEQUENTIAL
+        by_schedule = {s: MS.seconds_block(values(rr, s), reference, stats)["overall"]
+                       for s in (MS.SCHEDULES if rr.mode == "sprint" else (MS.SEQUENTIAL,))}
+        runs.append({"method": rr.label, "mode": rr.mode, "schedule": schedule, "by_schedule": by_schedule,
+                     **MS.seconds_block(values(rr, schedule), reference, stats)})
+    comparisons = []
+    for i, sr in enumerate(sprint_results if base_results else []):
+        br = base_results[i % len(base_results)]
+        comparisons.append({"run": sr.label, "baseline": br.label, "by_schedule": MS.comparison(
+            {s: values(sr, s) for s in MS.SCHEDULES}, values(br, MS.SEQUENTIAL), reference, stats)})
+    return {**chosen.describe(), "describe": chosen.model.describe(), "runs": runs, "comparisons": comparisons}
+
+
 def _metrics(task: str, planner: str, executor: str, gold_source: str | None, stats: dict,
-             sprint_results: list[RunResult], base_results: list[RunResult], timing: dict[str, float]) -> dict:
+             sprint_results: list[RunResult], base_results: list[RunResult], timing: dict[str, float],
+             chosen: MS.ModelledSetting | None = None) -> dict:
     """The dictionary metrics.json stores and report.md is rendered from."""
     reference, comparisons = _comparisons(sprint_results, base_results, stats)
     return {
@@ -404,6 +446,7 @@ def _metrics(task: str, planner: str, executor: str, gold_source: str | None, st
             "baseline": M.aggregate_summaries([r.summary for r in base_results]) if base_results else None,
             "comparison": M.aggregate_comparisons(comparisons) if comparisons else None,
         },
+        "modelled": _modelled(chosen, sprint_results, base_results, reference, stats),
         "timing": dict(timing),
     }
 
@@ -424,7 +467,7 @@ def _write_outputs(
         "planner_tokenizer": planner, "executor_tokenizer": executor,
         "gold": f"<mapping of {len(gold_map or {})} ids>" if gold_is_mapping else cfg.gold,
         "out_dir": str(out), "resamples": cfg.resamples, "seed": cfg.seed, "confidence": cfg.confidence,
-        "workers": cfg.workers, "plots": cfg.plots,
+        "workers": cfg.workers, "plots": cfg.plots, "latency": cfg.latency,
     }
     inputs = {  # from the bytes the runs were loaded from, not read again
         "runs": [run_fingerprint(split_label(p)[0], runs) for p in run_paths],
@@ -463,7 +506,31 @@ def headline(metrics: dict) -> str:
         red_s = "n/a" if red is None else f"{100 * red:.1f}%"
         lines.append(f"{c['run']} vs {c['baseline']}: sequential-token reduction {red_s}, "
                      f"McNemar p = {c['mcnemar']['p_value']:.3g}")
-    return "\n".join(lines)
+    return "\n".join(lines + modelled_headline(metrics.get("modelled")))
+
+
+def modelled_headline(block: dict | None) -> list[str]:
+    """The terminal lines of modelled seconds: per method overall and by bucket, then SPRINT / baseline."""
+    if not block:
+        return []
+
+    def sec(m: dict | None, unit: str = " s") -> str:
+        if not m or m.get("value") is None:
+            return "n/a"
+        ci = m.get("ci")
+        return f"{m['value']:.2f}{unit}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+    lines = [f"seconds per problem ({block['label']}):"]
+    for r in block["runs"]:
+        buckets = ", ".join(f"{b} {sec(v)}" for b, v in (r.get("buckets") or {}).items() if v)
+        lines.append(f"  {r['method']} ({r['schedule']}): {sec(r['overall'])}" + (f"; by baseline length: {buckets}"
+                                                                                  if buckets else ""))
+    for c in block["comparisons"]:
+        for schedule, cmp in c["by_schedule"].items():
+            buckets = ", ".join(f"{b} {sec(v, 'x')}" for b, v in (cmp.get("buckets") or {}).items() if v)
+            lines.append(f"  {c['run']} {schedule} / {c['baseline']}: {sec(cmp['overall'], 'x')}"
+                         + (f"; {buckets}" if buckets else ""))
+    return lines
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -46,6 +46,8 @@ class ProblemResult:
     prompts_per_phase: list[int] = field(default_factory=list)
     malformed: bool = False
     reported_tokens: int | None = None  # completion tokens the server reported, when recorded
+    modelled_seconds: float | None = None  # on the evaluation's latency model, under the run's schedule
+    modelled_by_schedule: dict[str, float] = field(default_factory=dict)  # barrier/stream (SPRINT), sequential
 
     @property
     def has_text(self) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from sprint.core.files import atomic_write
+from sprint.evaluation.metrics import bucket_labels
 from sprint.evaluation.table2 import TITLE as TABLE2_TITLE, markdown_lines as table2_lines, md_text
 
 FIGURES = {
@@ -263,6 +264,38 @@ DEFINITIONS = """\
   re-graded ({task})."""
 
 
+def _modelled_cell(m: dict | None, unit: str = "") -> str:
+    if not m or m.get("value") is None:
+        return "–"
+    ci = m.get("ci")
+    text = f"{m['value']:,.2f}{unit}"
+    return text + (f" [{ci[0]:,.2f}–{ci[1]:,.2f}]" if ci else "") + f" (n={m.get('n')})"
+
+
+def modelled_lines(block: dict | None) -> list[str]:
+    """report.md's section on modelled seconds (metrics.json's `modelled`); [] when none were modelled."""
+    if not block:
+        return []
+    labels = bucket_labels()
+    lines = [f"Seconds per problem **{block['label']}** (no other problem on the GPU, prefix cache on), from the token "
+             f"counts: `{block['source']}`, {block['describe']}. Mean [95% bootstrap CI] (n problems), overall and by "
+             "the baseline's length in tokens.", "",
+             "| method | schedule | overall | " + " | ".join(labels) + " |",
+             "|---|---|---:|" + "---:|" * len(labels)]
+    for row in block.get("runs", []):
+        buckets = row.get("buckets") or {}
+        lines.append(f"| {md_text(row['method'])} | {row['schedule']} | {_modelled_cell(row.get('overall'))} | "
+                     + " | ".join(_modelled_cell(buckets.get(b)) for b in labels) + " |")
+    for cmp in block.get("comparisons", []):
+        for schedule, c in cmp["by_schedule"].items():
+            buckets = c.get("buckets") or {}
+            name = f"{md_text(cmp['run'])} / {md_text(cmp['baseline'])}"
+            lines.append(f"| {name} | {schedule} | {_modelled_cell(c.get('overall'), '×')} | "
+                         + " | ".join(_modelled_cell(buckets.get(b), "×") for b in labels) + " |")
+    return lines + ["", "A ratio row is SPRINT's mean modelled seconds over the baseline's on the same problems "
+                        "(below 1: SPRINT is faster). Modelled, not measured: see README \"Modelled seconds\"."]
+
+
 def render_markdown(metrics: dict, figures: dict[str, str] | None = None, viewer: str | None = None) -> str:
     """report.md: the paper-shaped Table 2 first, then the summary, buckets, significance, per-run rows, figures.
 
@@ -286,6 +319,9 @@ def render_markdown(metrics: dict, figures: dict[str, str] | None = None, viewer
     if buckets:
         parts += ["", "## Reduction by baseline length", ""] + buckets
         parts += ["", "## Paired correctness", ""] + _mcnemar_lines(metrics)
+    modelled = modelled_lines(metrics.get("modelled"))
+    if modelled:
+        parts += ["", "## Modelled seconds", ""] + modelled
     if len(metrics["runs"]) + len(metrics["baselines"]) > 1:
         parts += ["", "## Runs", ""] + _runs_table(metrics)
     cache = _prefix_cache_lines(metrics)

@@ -19,11 +19,13 @@ from typing import Any
 
 from sprint.core.calls import CallRecord
 from sprint.evaluation import metrics as M
+from sprint.evaluation.modelled import seconds_block
 from sprint.evaluation.runs import RawProblem
 
 TITLE = "Table 2 (shape of the paper's)"
-MEASURES = ("accuracy", "sequential_tokens", "total_tokens", "seconds_per_problem")
-HEADERS = ("Method", "Problems", "Accuracy", "Sequential tokens", "Total tokens", "Seconds per problem")
+MEASURES = ("accuracy", "sequential_tokens", "total_tokens", "seconds_per_problem", "modelled_seconds")
+HEADERS = ("Method", "Problems", "Accuracy", "Sequential tokens", "Total tokens", "Seconds per problem",
+           "Modelled seconds")
 
 DEFINITIONS = {
     "method": "the run's label: its folder name, or LABEL when the run was passed as FOLDER=LABEL",
@@ -41,6 +43,10 @@ DEFINITIONS = {
                            "not, only those that ran alone; problems without call times, or with a call "
                            "answered from the on-disk response cache, are left out; null when no problem has "
                            "measured times",
+    "modelled_seconds": "mean over problems with a text of the seconds the latency model gives the text on one GPU "
+                        "with no other problem on it (table2.json's `modelled`: the GPU; the run's schedule, barrier "
+                        "when its manifest names none; the agent prompt already in the prefix cache); "
+                        "`modelled_seconds_by_bucket`: the same per length bucket of the baseline's output",
     "value": "the mean (accuracy: the share) over the measure's `n` problems",
     "ci": "percentile bootstrap interval over the run's problems ({resamples} resamples, seed {seed}, "
           "{confidence:.0%}); null without resamples",
@@ -115,7 +121,7 @@ def _schedule(manifest: dict) -> str | None:
 
 
 def method_row(run: MethodRun, *, resamples: int = M.DEFAULT_RESAMPLES, seed: int = 0,
-               confidence: float = M.DEFAULT_CONFIDENCE) -> dict:
+               confidence: float = M.DEFAULT_CONFIDENCE, reference: dict[str, float] | None = None) -> dict:
     """One row: each measure {value, ci, n}, or None where no problem has it."""
     stats = {"resamples": resamples, "seed": seed, "confidence": confidence}
     n = len(run.results)
@@ -134,16 +140,29 @@ def method_row(run: MethodRun, *, resamples: int = M.DEFAULT_RESAMPLES, seed: in
         "sequential_tokens": M.mean_with_ci([r.sequential for r in counted if r.sequential is not None], **stats),
         "total_tokens": M.mean_with_ci([r.total for r in counted if r.total is not None], **stats),
         "seconds_per_problem": M.mean_with_ci(seconds, **stats),
+        **_modelled_cells(run, reference, stats),
     }
 
 
+def _modelled_cells(run: MethodRun, reference: dict[str, float] | None, stats: dict) -> dict:
+    """The modelled seconds, overall and by the baseline's length bucket (`sprint.evaluation.modelled`)."""
+    values = {r.id: r.modelled_seconds for r in run.results if r.modelled_seconds is not None}
+    block = seconds_block(values, reference, stats)
+    return {"modelled_seconds": block["overall"], "modelled_seconds_by_bucket": block["buckets"]}
+
+
 def build_table(runs: Sequence[MethodRun], *, resamples: int = M.DEFAULT_RESAMPLES, seed: int = 0,
-                confidence: float = M.DEFAULT_CONFIDENCE) -> dict:
-    """The table: sequential baselines first (the paper's RFT row), then the SPRINT runs in the order given."""
+                confidence: float = M.DEFAULT_CONFIDENCE, modelled: str | None = None,
+                reference: dict[str, float] | None = None) -> dict:
+    """The table: sequential baselines first (the paper's RFT row), then the SPRINT runs in the order given.
+
+    `modelled`: the label of the modelled seconds ("modelled: <GPU>, one problem at a time"; None: none were
+    modelled); `reference`: the baseline's length per problem, which buckets them."""
     stats = {"resamples": resamples, "seed": seed, "confidence": confidence}
     ordered = [r for r in runs if r.mode == "baseline"] + [r for r in runs if r.mode != "baseline"]
     definitions = {k: v.format(**stats) for k, v in DEFINITIONS.items()}
-    return {"rows": [method_row(r, **stats) for r in ordered], "definitions": definitions, "bootstrap": stats}
+    return {"rows": [method_row(r, reference=reference, **stats) for r in ordered], "definitions": definitions,
+            "bootstrap": stats, "modelled": modelled}
 
 
 # --------------------------------------------------------------------------- rendering (plain text cells)
@@ -152,7 +171,7 @@ def build_table(runs: Sequence[MethodRun], *, resamples: int = M.DEFAULT_RESAMPL
 def _fmt(measure: str, x: float) -> str:
     if measure == "accuracy":
         return f"{100 * x:.1f}%"
-    if measure == "seconds_per_problem":
+    if measure in ("seconds_per_problem", "modelled_seconds"):
         return f"{x:,.2f}"
     return f"{x:,.0f}"
 
@@ -175,7 +194,10 @@ def headers(table: dict) -> list[str]:
     """The column names, each measure with its interval's level when there are intervals."""
     stats = table.get("bootstrap") or {}
     suffix = f" [{(stats.get('confidence') or M.DEFAULT_CONFIDENCE):.0%} CI]" if stats.get("resamples") else ""
-    return [HEADERS[0], HEADERS[1]] + [h + suffix for h in HEADERS[2:]]
+    names = list(HEADERS[2:])
+    if table.get("modelled"):  # say which GPU, every time the column is shown
+        names[-1] = f"Seconds per problem ({table['modelled']})"
+    return [HEADERS[0], HEADERS[1]] + [h + suffix for h in names]
 
 
 def cells(row: dict) -> list[str]:
@@ -202,4 +224,5 @@ def markdown_lines(table: dict | None) -> list[str]:
 
 NOTE = ("Each row is one run; a cell reads mean [interval], with (n/N) when only n of its N problems have the "
         "measure, and – when none has it. Seconds per problem are measured: first call's start to last call's "
-        "end as recorded (problems answered from the response cache left out). Definitions: table2.json.")
+        "end as recorded (problems answered from the response cache left out); modelled seconds are the latency "
+        "model's for the texts, one problem alone on the GPU named. Definitions: table2.json.")

@@ -36,6 +36,7 @@ from typing import Iterable
 from sprint.core.data import safe_id
 from sprint.core.errors import UserError
 from sprint.core.options import add_options, config_from, option
+from sprint.evaluation import modelled as MS
 from sprint.evaluation.evaluate import EvaluateConfig, run_evaluation
 from sprint.evaluation.report import VIEW_FOLDER, load_metrics
 from sprint.evaluation.runs import Key, LoadedRun, Parsed, load_gold, load_runs, parse_runs
@@ -73,6 +74,8 @@ class ViewConfig:
     plots: bool = option(True, "skip the evaluation's PNG figures", flags=("--no-plots",))
     timing: str | None = option(None, "a `sprint time-replay` output folder: its measured calls are drawn "
                                 "as extra timelines (seconds on a real engine)")
+    latency: str | None = option(None, "GPU the timelines of runs without call times are modelled on: a preset "
+                                 "(h200, h100) or a latency file (sprint gpu-probe, sprint fit-latency); default h200")
 
 
 @dataclass
@@ -120,7 +123,8 @@ def evaluation_of(cfg: ViewConfig, out: Path, sprint_runs: list[LoadedRun], base
         return Evaluated(metrics, folder, sprint_runs, base_runs, parse_runs(sprint_runs + base_runs))
     ecfg = EvaluateConfig(runs=list(cfg.runs), baseline=list(cfg.baseline) or None, gold=cfg.gold, task=cfg.task,
                           planner_tokenizer=cfg.planner_tokenizer, executor_tokenizer=cfg.executor_tokenizer,
-                          out_dir=str(out / "evaluation"), resamples=cfg.bootstrap, plots=cfg.plots)
+                          out_dir=str(out / "evaluation"), resamples=cfg.bootstrap, plots=cfg.plots,
+                          latency=cfg.latency)
     ev = run_evaluation(ecfg, loaded=(sprint_runs, base_runs))
     for line in ev.warnings:
         log.warning("%s", line)
@@ -147,8 +151,10 @@ def build(cfg: ViewConfig) -> ViewResult:
     ev = evaluation_of(cfg, out, sprint_runs, base_runs)
     metrics = ev.metrics
     steps["evaluation"] = time.perf_counter() - t0 - sum(steps.values())
-    model = LatencyModel()
-    views = _views(cfg, ev, model)
+    chosen = MS.setting(cfg.latency, cfg.planner_tokenizer) or MS.setting(None, cfg.planner_tokenizer)
+    assert chosen is not None  # the default model when --latency is none: a timeline needs one
+    model = chosen.model
+    views = _views(cfg, ev, chosen)
     base_rows = {r["id"]: r for r in metrics["baselines"][0]["problems"]} if metrics.get("baselines") else {}
     base_problems = base_runs[0].problems if base_runs else []
     _add_baseline(cfg, views, base_rows, {p.id: p.calls for p in base_problems}, model)
@@ -178,7 +184,7 @@ def build(cfg: ViewConfig) -> ViewResult:
     return ViewResult(index, len(ids), time.perf_counter() - t0, size, {k: round(v, 3) for k, v in steps.items()})
 
 
-def _views(cfg: ViewConfig, ev: Evaluated, model: LatencyModel) -> list[list[ProblemView]]:
+def _views(cfg: ViewConfig, ev: Evaluated, chosen: MS.ModelledSetting) -> list[list[ProblemView]]:
     """Per SPRINT run, its problems with their evaluation rows and timelines (recorded, else modelled)."""
     entries = ev.metrics.get("runs") or []
     views: list[list[ProblemView]] = []
@@ -203,9 +209,11 @@ def _views(cfg: ViewConfig, ev: Evaluated, model: LatencyModel) -> list[list[Pro
             run_views.append(pv)
         views.append(run_views)
     if need_model:
-        paths = TL.modelled_paths([t for _, t in need_model], cfg.planner_tokenizer, model)
+        paths = TL.modelled_paths([t for _, t in need_model], cfg.planner_tokenizer, chosen.model,
+                                  prompt_overhead_tokens=chosen.overhead_tokens, overhead_cached=True)
         for (pv, _), by_schedule in zip(need_model, paths):
-            pv.timelines = [TL.from_path(by_schedule[s], f"{pv.run} — modelled, {s} schedule") for s in SCHEDULES]
+            pv.timelines = [TL.from_path(by_schedule[s], f"{pv.run} — {chosen.label}, {s} schedule")
+                            for s in SCHEDULES]
     return views
 
 
@@ -238,7 +246,10 @@ def _baseline_seconds(pv: ProblemView, base_rows: dict, base_calls: dict[str, li
     if calls and recorded:
         c = calls[-1]
         return (c["end"] - c["start"]) / time_scale, "recorded"
-    tokens = (base_rows.get(pv.id) or {}).get("sequential")
+    row = base_rows.get(pv.id) or {}
+    if isinstance(row.get("modelled_seconds"), (int, float)):  # the evaluation's own figure
+        return row["modelled_seconds"], "modelled"
+    tokens = row.get("sequential")
     if isinstance(tokens, int):
         return model.sequential_time(tokens, q_tokens.get(pv.id, 0)), "modelled"
     return None, ""
