@@ -14,10 +14,12 @@ import pytest
 
 from sprint import cli
 from sprint.core.errors import UserError
+from sprint.evaluation.evaluate import evaluate
 from sprint.latency import probe_command
 from sprint.latency.model import load_latency_model
 from sprint.latency.shapes import SHAPES, parameter_count
 from sprint.timing.replay_server import ReplayConfig
+from tests.test_evaluate import BASELINE, TRAJECTORY
 
 LATENCY = Path(probe_command.__file__).parent
 
@@ -52,7 +54,7 @@ def torch_python() -> str:
     return python or sys.executable
 
 
-def test_probe_on_a_cpu_writes_a_latency_file_every_reader_takes(tmp_path: Path, torch_python: str,
+def test_probe_on_a_cpu_writes_a_latency_file_every_reader_takes(tmp_path: Path, torch_python: str, tok_dir: Path,
                                                                    capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "cpu.json"
     assert cli.main(["gpu-probe", "--shape", "tiny", "--out", str(out), "--python", torch_python,
@@ -70,6 +72,15 @@ def test_probe_on_a_cpu_writes_a_latency_file_every_reader_takes(tmp_path: Path,
     assert model.gpu.startswith("CPU") and model.step(1, 16) > 0
     served = ReplayConfig(latency_from=str(out)).latency
     assert served is not None and served.step_base_s == model.step_base_s
+    # evaluate --latency reads it too: the modelled seconds are labelled with the probe's device
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "planner_trajectory_1.txt").write_text(TRAJECTORY)
+    (logs / "base_model_trajectory_1.txt").write_text(BASELINE)
+    ev = evaluate(logs, gold={"1": "14"}, planner_tokenizer=str(tok_dir), out_dir=tmp_path / "out", latency=str(out),
+                  resamples=0, workers=1, plots=False)
+    assert ev.table2["modelled"] == f"modelled: {model.gpu}, one problem at a time"
+    assert all(r["modelled_seconds"]["value"] > 0 for r in ev.table2["rows"])
 
 
 def test_probe_reads_a_model_folders_shape_and_stops_at_its_time_cap(tmp_path: Path, torch_python: str) -> None:
