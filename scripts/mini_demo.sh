@@ -29,8 +29,18 @@ cd "$(dirname "$0")/.."
 OUT="${DEMO_DIR:-outputs/mini}"
 PY="${PYTHON:-.venv/bin/python}"
 SPRINT_BIN="${SPRINT_BIN:-.venv/bin/sprint}"
-HIGH="${HIGH:-6}"                        # numbers 1..HIGH (sprint mini-data --high)
+TASK="${TASK:-countdown}"                # arithmetic: expressions whose subtasks form a different DAG each time;
+                                         # countdown: three numbers and a target (sprint mini-data --task)
+MAX_ROUNDS="${MAX_ROUNDS:-3}"            # arithmetic: most rounds of subtasks; MAX_WIDTH: most subtasks in one round
+MAX_WIDTH="${MAX_WIDTH:-4}"
+BEYOND="${BEYOND:-0}"                    # arithmetic: held-out problems one round deeper or wider than training (reported)
+HIGH="${HIGH:-6}"                        # countdown: numbers 1..HIGH (sprint mini-data --high)
+# pack's parallelism filter (executions / phases, the final plan-only phase counted): 1.5 (the paper's) keeps
+# Countdown's three searches; it would drop every arithmetic chain and most two-round problems, which the held-out
+# problems hold as often as training does, so the arithmetic task keeps every trace (0) and both models see them
+THRESHOLD="${THRESHOLD:-$([[ "$TASK" == arithmetic ]] && echo 0 || echo 1.5)}"
 N_TEST="${N_TEST:-200}"                  # held-out problems (Table 2 over >= 200)
+N_TRAIN="${N_TRAIN:-0}"                  # training traces (0: the task's default, sprint mini-data --n-train)
 BASE_STEPS="${BASE_STEPS:-800}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill); 0: none
 MAX_STEPS="${MAX_STEPS:-750}"            # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps)
 FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
@@ -61,7 +71,9 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 step "0. problems, traces and the teacher's answers"
-"$SPRINT_BIN" mini-data --out "$OUT/data" --n-test "$N_TEST" --high "$HIGH" --recheck-share "$RECHECK_SHARE"
+DATA_ARGS=(--task "$TASK" --high "$HIGH" --max-rounds "$MAX_ROUNDS" --max-width "$MAX_WIDTH")
+"$SPRINT_BIN" mini-data --out "$OUT/data" "${DATA_ARGS[@]}" --n-test "$N_TEST" --n-train "$N_TRAIN" \
+  --recheck-share "$RECHECK_SHARE" --beyond "$BEYOND"
 # made afresh from these traces (a few seconds); REUSE=1 resumes stages 1-2 where they stopped (a stage refuses
 # records made from other rows), and what they write does not depend on the order their answers come back in
 if [[ "$REUSE" != 1 ]]; then rm -rf "$OUT/components" "$OUT/dag"; fi
@@ -85,7 +97,7 @@ step "2. DAG creation"
 env "${LLM_ENV[@]}" DATA="$OUT/components" OUT_DIR="$OUT/dag" NUM_WORKERS=8 bash run_dag_creation.sh --no-progress
 
 step "3. packing: SPRINT rows (+ executor views), and the same traces in sequential form for RFT"
-DATA="$OUT/dag" OUT_DIR="$OUT/sft" TEST_FRAC=0.02 AGENT_PROMPT=none EXECUTOR_ROWS="$EXECUTOR_ROWS" SEQUENTIAL=1 \
+DATA="$OUT/dag" OUT_DIR="$OUT/sft" PARALLELIZATION_THRESHOLD="$THRESHOLD" TEST_FRAC=0.02 AGENT_PROMPT=none EXECUTOR_ROWS="$EXECUTOR_ROWS" SEQUENTIAL=1 \
   bash run_finetuning_data_preparation.sh
 
 step "4a. the project's own tokenizer and one random-init model"
@@ -152,8 +164,8 @@ stop_server() {
 }
 # a fresh vLLM is slow on its first batches (kernels for new shapes): a warm-up run on other problems
 # (drawn like the held-out ones, seed 1) comes first and is thrown away, so seconds compare warm servers
-"$SPRINT_BIN" mini-data --out "$OUT/warmup-data" --n-test "$WARMUP" --high "$HIGH" --seed 1 > /dev/null
-COMMON=(TASK=countdown-mini AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer" SEED=0)
+"$SPRINT_BIN" mini-data --out "$OUT/warmup-data" "${DATA_ARGS[@]}" --n-test "$WARMUP" --n-train 1 --seed 1 > /dev/null
+COMMON=(TASK="$TASK-mini" AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer" SEED=0)
 # SPRINT's loop against the served model (every orchestrate run: 5a, 5d, 5e)
 ORCH=(PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" MAX_TOKENS=512 PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64)
 measured() {  # measured NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served, a warm-up run, then the held-out run
@@ -188,7 +200,7 @@ if (( GRPO_STEPS > 0 )); then
   "$SPRINT_BIN" mini-grpo-data "$OUT/data/train_traces.jsonl" --tokenizer "$OUT/tokenizer" --out "$OUT/grpo/problems.jsonl" \
     --n $(( GRPO_STEPS * 2 ))
   rm -rf "$OUT/grpo-train" "$OUT/grpo-model" "$OUT/runs/sprint-grpo-stream" "$OUT"/runs/sampled/grpo-seed*  # a new policy: measured anew
-  CPU=1 MODEL="$OUT/sprint-model" DATA="$OUT/grpo/problems.jsonl" TASK=countdown-mini REFERENCE_COLUMN=reference_tokens \
+  CPU=1 MODEL="$OUT/sprint-model" DATA="$OUT/grpo/problems.jsonl" TASK="$TASK-mini" REFERENCE_COLUMN=reference_tokens \
     CONFIG=configs/grpo_mini.yaml OUTPUT_DIR="$OUT/grpo-train" MAX_STEPS="$GRPO_STEPS" ROLLOUT_PORT="$(free_port)" \
     bash run_grpo.sh --save_steps "$GRPO_STEPS" --vllm_server_group_port "$(free_port)" > "$OUT/grpo-train.log" 2>&1 || { tail -n 40 "$OUT/grpo-train.log" >&2; exit 1; }
   cp -r "$(ls -d "$OUT"/grpo-train/v*/checkpoint-"$GRPO_STEPS" | tail -n 1)" "$OUT/grpo-model"
@@ -212,7 +224,7 @@ if (( GRPO_STEPS > 0 )); then
 fi
 
 step "6. evaluate (Table 2) and view"
-"$SPRINT_BIN" evaluate "${runs[@]}" "${baseline[@]}" --task countdown-mini --planner-tokenizer "$OUT/tokenizer" \
+"$SPRINT_BIN" evaluate "${runs[@]}" "${baseline[@]}" --task "$TASK-mini" --planner-tokenizer "$OUT/tokenizer" \
   --out "$OUT/evaluation"
 "$SPRINT_BIN" view "${runs[@]}" "${baseline[@]}" --planner-tokenizer "$OUT/tokenizer" --out "$OUT/view"
 

@@ -42,7 +42,7 @@ COMMANDS: dict[str, Command] = {
     "fit-latency": Command("sprint.timing.latency_fit", "fit the latency model to time-replay measurements or to a step-cost table"),
     "gpu-probe": Command("sprint.latency.probe_command", "measure a GPU's decode and prefill step costs with PyTorch alone (no vLLM) into a latency file"),
     "grpo": Command("sprint.rl.launch", "latency-aware GRPO with ms-swift: SPRINT rollouts, shorter critical paths rewarded (in .venv-rl)"),
-    "mini-data": Command("sprint.mini.countdown", "generate the mini experiment's Countdown problems, R1-style search traces and teacher answers"),
+    "mini-data": Command("sprint.mini.generate", "generate the mini experiment's problems (arithmetic or Countdown), R1-style traces and teacher answers"),
     "mini-tokenizer": Command("sprint.mini.tokenizer", "learn the mini experiment's own small byte-level BPE tokenizer from a corpus (tags and numbers one token each)"),
     "mini-model": Command("sprint.mini.model", "write a random-init Qwen2 of given size for a tokenizer folder (safetensors, via a torch venv)"),
     "mini-summary": Command("sprint.mini.summary", "the mini experiment's closing summary: Table 2 and what the SPRINT model learned"),

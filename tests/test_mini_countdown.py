@@ -13,19 +13,21 @@ import pytest
 from sprint.core.data import iter_jsonl
 from sprint.curation.trace_lines import split_lines
 from sprint.format.trajectory import parse
-from sprint.mini.countdown import MiniDataConfig, all_problems, make_trace, teacher_answer, write_mini_data
+from sprint.mini.countdown import all_problems, make_trace, teacher_answer
+from sprint.mini.generate import write_mini_data
+from sprint.mini.problems import MiniDataConfig
 from sprint.tasks.registry import get_task, load_problems
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("mini") / "data"
-    write_mini_data(MiniDataConfig(out=str(out), n_test=50, seed=3))
+    write_mini_data(MiniDataConfig(out=str(out), task="countdown", n_test=50, seed=3))
     return out
 
 
 def test_same_options_same_bytes(data: Path, tmp_path: Path) -> None:
-    write_mini_data(MiniDataConfig(out=str(tmp_path), n_test=50, seed=3))
+    write_mini_data(MiniDataConfig(out=str(tmp_path), task="countdown", n_test=50, seed=3))
     for name in ("train_traces.jsonl", "test.jsonl", "teacher.jsonl", "corpus.jsonl"):
         assert (tmp_path / name).read_bytes() == (data / name).read_bytes(), name
 

@@ -87,7 +87,7 @@ def mini_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not default_swift_bin().exists() or not swift_python(default_swift_bin()).exists():
         pytest.skip("ms-swift venv missing; run scripts/install_swift.sh")
     out = tmp_path_factory.mktemp("mini") / "run"
-    env = {**os.environ, "DEMO_DIR": str(out), "HIGH": str(HIGH), "N_TEST": str(N_TEST), "BASE_STEPS": str(BASE_STEPS),
+    env = {**os.environ, "DEMO_DIR": str(out), "TASK": "countdown", "HIGH": str(HIGH), "N_TEST": str(N_TEST), "BASE_STEPS": str(BASE_STEPS),
            "MAX_STEPS": str(MAX_STEPS), "RFT": "0", "SCHEDULES": "stream",
            "PROBLEM_WORKERS": "8", "TIMED": "10", "WARMUP": "4", "PORT": str(free_port())}
     started = time.monotonic()

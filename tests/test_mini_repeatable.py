@@ -1,6 +1,6 @@
 """One seed, one result: the main job's data half gives the same files on every run.
 
-`scripts/mini_demo.sh` with UNTIL=data (the CI-sized task: numbers 1..4) runs three times into three
+`scripts/mini_demo.sh` with UNTIL=data (the arithmetic task, 500 training traces) runs three times into three
 folders. The stand-in teacher answers after random waits (TEACHER_JITTER), so stages 1-2, with the
 demo's 8 workers, append their records in another order each run; the third run is killed (its whole
 process group, SIGKILL) in the middle of stage 1 and resumed with REUSE=1. Everything made after
@@ -28,8 +28,8 @@ from sprint.training.finetune import default_swift_bin, swift_python
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.swift, pytest.mark.slow]
 
-HIGH, N_TEST = 4, 50
-JITTER = "0.05"  # seconds; 8 workers over ~520 traces: stage 1 takes about 2 s, so a kill can land inside it
+N_TRAIN, N_TEST = 500, 50
+JITTER = "0.05"  # seconds; 8 workers over 500 traces: stage 1 takes about 2 s, so a kill can land inside it
 KILL_AFTER = 100  # stage-1 records written before the third run is killed
 STEPS = 4  # swift sft steps from the init for the weights' comparison
 # what the data half writes that later steps read; manifests and summaries hold times and paths
@@ -40,7 +40,7 @@ COMPARED = ("data/train_traces.jsonl", "data/test.jsonl", "data/teacher.jsonl", 
 
 
 def demo_env(out: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "DEMO_DIR": str(out), "HIGH": str(HIGH), "N_TEST": str(N_TEST), "UNTIL": "data",
+    return {**os.environ, "DEMO_DIR": str(out), "N_TRAIN": str(N_TRAIN), "N_TEST": str(N_TEST), "UNTIL": "data",
             "TEACHER_JITTER": JITTER, **extra}
 
 

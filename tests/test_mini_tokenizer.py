@@ -140,7 +140,11 @@ def test_tags_numbers_and_corpus_words_are_single_tokens(built: tuple[Path, dict
     text = "<think>\n<Plan_1>\nOkay .\n</Plan_1><|im_end|>"
     assert fast.decode(fast.encode(text).ids, skip_special_tokens=True) == text.replace("<|im_end|>", "")
     size = summary["bpe_vocab_size"]
-    assert summary["vocab_size"] == fast.get_vocab_size() == size + 3 + len(all_tags) + summary["number_tokens"]
+    assert summary["vocab_size"] == fast.get_vocab_size() == (size + 3 + len(all_tags) + summary["references"]
+                                                              + summary["number_tokens"])
+    for name in (" execution_1.2", " execution_12.8"):  # the names a later plan cites, one token each, in context too
+        assert len(fast.encode(name, add_special_tokens=False).ids) == 1
+    assert len(fast.encode("Based on execution_1.2, execution_12.8:", add_special_tokens=False).ids) == 6
     assert summary["number_tokens"] == (1000 if summary["pipeline"] == QWEN2 else 0)
     assert summary["special_tokens"] == {"<|endoftext|>": size, "<|im_start|>": size + 1, "<|im_end|>": size + 2}
     assert summary["common_pieces_split"] == 0 and summary["corpus"]["texts"] == 60 * 4

@@ -2,7 +2,8 @@
 
 A tiny model trained on a CPU pays for every token, so the vocabulary fits the task's text: every
 word and punctuation run the corpus uses often becomes one token (with the space before it, GPT-2
-style), every number 0..999 written after a space is one token, and every SPRINT tag is one token.
+style), every number 0..999 written after a space is one token, and every SPRINT tag is one token, as is
+each execution's name where a later plan's `Based on` line cites it (` execution_1.2`).
 It is still a real tokenizer that anything can read: a Hugging Face `tokenizers` BPE saved as
 tokenizer.json + tokenizer_config.json (ChatML special tokens and chat template), so transformers,
 vLLM, ms-swift and `sprint.format.tokencount` load it like the R1 tokenizer. Same corpus and flags,
@@ -153,6 +154,11 @@ def _untagged(texts: Sequence[str]) -> Iterator[str]:
                 yield piece
 
 
+def reference_pieces(cfg: MiniTokenizerConfig) -> list[str]:
+    """` execution_1.2` as a later plan's `Based on` line names an earlier result: one token, like the tags."""
+    return [f" execution_{p}.{k}" for p in range(1, cfg.max_phase + 1) for k in range(1, cfg.max_prompt + 1)]
+
+
 def number_pieces(cfg: MiniTokenizerConfig) -> list[str]:
     """The numbers that must be one token, in their forms (a bare digit is a byte token anyway)."""
     spaced = [f" {n}" for n in range(cfg.max_number + 1)] if cfg.number_forms != "bare" else []
@@ -189,6 +195,7 @@ def train_tokenizer(texts: Sequence[str], cfg: MiniTokenizerConfig, extra: str =
     tok.add_special_tokens([_added(t, special=True) for t in SPECIAL_TOKENS])
     # Not special: tags are text of the format, so decode(skip_special_tokens=True) keeps them.
     tok.add_tokens([_added(t) for t in sprint_tags(cfg.max_phase, cfg.max_prompt)])
+    tok.add_tokens([_added(t) for t in reference_pieces(cfg)])
     if cfg.pipeline == QWEN2:  # its split gives one digit per piece, so BPE can never join a number
         tok.add_tokens([_added(n) for n in number_pieces(cfg)])
     return tok
@@ -196,7 +203,7 @@ def train_tokenizer(texts: Sequence[str], cfg: MiniTokenizerConfig, extra: str =
 
 def missing_pieces(tok: Tokenizer, cfg: MiniTokenizerConfig) -> list[str]:
     """Guaranteed pieces (numbers, tags, special tokens) that are not one token; [] when all are."""
-    wanted = [*number_pieces(cfg), *sprint_tags(cfg.max_phase, cfg.max_prompt), *SPECIAL_TOKENS]
+    wanted = [*number_pieces(cfg), *sprint_tags(cfg.max_phase, cfg.max_prompt), *reference_pieces(cfg), *SPECIAL_TOKENS]
     return [w for w in wanted if len(tok.encode(w, add_special_tokens=False).ids) != 1]
 
 
@@ -273,6 +280,7 @@ def make_tokenizer(cfg: MiniTokenizerConfig) -> dict[str, Any]:
         "vocab_size": tok.get_vocab_size(with_added_tokens=True),
         "bpe_vocab_size": tok.get_vocab_size(with_added_tokens=False),
         "tags": len(sprint_tags(cfg.max_phase, cfg.max_prompt)),
+        "references": len(reference_pieces(cfg)),
         "number_tokens": len(number_pieces(cfg)) if cfg.pipeline == QWEN2 else 0,  # added; exact learns them
         "special_tokens": {t: tok.token_to_id(t) for t in SPECIAL_TOKENS},
         "common_pieces": n_common,
@@ -310,7 +318,7 @@ def handle(args: argparse.Namespace) -> int:
     stats = summary["corpus"]
     print(f"{cfg.pipeline} tokenizer written to {cfg.out}: vocabulary {summary['vocab_size']} "
           f"({summary['bpe_vocab_size']} BPE, {len(SPECIAL_TOKENS)} special, {summary['tags']} tags, "
-          f"{summary['number_tokens']} numbers); {stats['texts']} corpus texts, {stats['mean_tokens_per_text']} tokens "
+          f"{summary['references']} execution names, {summary['number_tokens']} numbers); {stats['texts']} corpus texts, {stats['mean_tokens_per_text']} tokens "
           f"per text on average ({stats['chars_per_token']} characters per token)")
     if summary["common_pieces_split"]:
         print(f"note: {summary['common_pieces_split']} common pieces are still split (the --vocab-size cap), "

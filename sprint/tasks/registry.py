@@ -247,6 +247,22 @@ class MiniCountdownTask(CountdownTask):
         return item.question.strip()
 
 
+@dataclass(frozen=True)
+class MiniArithmeticTask(TaskAdapter):
+    """The mini experiment's arithmetic (`sprint mini-data --task arithmetic`): the question as the generator
+    wrote it, gold = the expression's value (`answer`); an answer is right when its digits, read without the
+    spaces the generator writes between them (`\\boxed{ 7 2 3 }`), are that integer."""
+
+    name: str = "arithmetic-mini"
+    id_column: str | None = None  # the generator's `id`
+
+    def compare(self, pred: str | None, gold: Any) -> bool:
+        if pred is None:
+            return False
+        digits = "".join(pred.split())
+        return digits.isascii() and digits.isdigit() and int(digits) == int(str(gold).strip())
+
+
 # --------------------------------------------------------------------------- the registry
 
 TaskFactory = Callable[[int], TaskAdapter]
@@ -257,6 +273,7 @@ TASKS: dict[str, TaskFactory] = {
     "gpqa": lambda seed: GPQATask(seed=seed),
     "countdown": lambda seed: CountdownTask(),
     "countdown-mini": lambda seed: MiniCountdownTask(),
+    "arithmetic-mini": lambda seed: MiniArithmeticTask(),
 }
 
 
