@@ -33,8 +33,9 @@ from sprint.core.manifest import text_hash, write_manifest
 from sprint.evaluation import metrics as M
 from sprint.evaluation import modelled as MS
 from sprint.evaluation.grader import GradingProcess, grade_while
-from sprint.evaluation.report import viewer_link, warm_up_figures, write_report
-from sprint.evaluation.table2 import MethodRun, build_table
+from sprint.evaluation.plotting import warm_up_figures
+from sprint.evaluation.report import viewer_link, write_report
+from sprint.evaluation.table2 import MethodRun, build_table, latency_by_problem
 from sprint.evaluation.runs import (Key, LoadedRun, Parsed, RawProblem, attach_gold, load_gold, load_runs,
                                     parse_runs, run_fingerprint, split_label, task_of)
 from sprint.format.tokencount import batch_counts, load_counter
@@ -374,6 +375,9 @@ def _run_result(ri: int, run: LoadedRun, answers: dict[Key, str | None], grades:
     results = [_problem_result(prob, answers[(ri, pi)], grades[(ri, pi)], counted.get((ri, pi)), parsed.get((ri, pi)),
                                seconds.get((ri, pi)), schedule)
                for pi, prob in enumerate(run.problems)]
+    measured = latency_by_problem(run.problems)
+    for res in results:
+        res.measured_seconds = measured.get(res.id)
     return RunResult(run.label, str(run.path), run.mode, results, M.summarize_results(results, **stats), run.manifest)
 
 

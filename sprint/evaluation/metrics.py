@@ -48,6 +48,7 @@ class ProblemResult:
     reported_tokens: int | None = None  # completion tokens the server reported, when recorded
     modelled_seconds: float | None = None  # on the evaluation's latency model, under the run's schedule
     modelled_by_schedule: dict[str, float] = field(default_factory=dict)  # barrier/stream (SPRINT), sequential
+    measured_seconds: float | None = None  # wall-clock as recorded, when it ran alone (table2.latency_by_problem)
 
     @property
     def has_text(self) -> bool:
@@ -150,6 +151,29 @@ def _reduction_rows(sprint: np.ndarray, base: np.ndarray) -> np.ndarray:
 
 def _difference_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.mean(axis=1) - b.mean(axis=1)
+
+
+def _ratio_rows(sprint: np.ndarray, base: np.ndarray) -> np.ndarray:
+    return sprint.mean(axis=-1) / base.mean(axis=-1)
+
+
+def ratio_of_means(
+    sprint: Sequence[float],
+    base: Sequence[float],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> dict | None:
+    """mean SPRINT / mean baseline over paired problems (row i of each is one problem), with its bootstrap
+    interval: {"value", "ci", "n", "sprint", "baseline"} (the two means). None without pairs or with a zero
+    baseline mean. With the same seed and problems it is exactly 1 − `reduction` and its interval, flipped."""
+    s, b = np.asarray(list(sprint), dtype=float), np.asarray(list(base), dtype=float)
+    if s.size == 0 or s.size != b.size or b.mean() <= 0:
+        return None
+    ci = bootstrap_ci(_ratio_rows, [s, b], resamples=resamples, seed=seed, confidence=confidence)
+    return {"value": float(s.mean() / b.mean()), "ci": list(ci) if ci else None, "n": int(s.size),
+            "sprint": float(s.mean()), "baseline": float(b.mean())}
 
 
 def mean_with_ci(

@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from sprint.evaluation import metrics as M
 from sprint.evaluation.runs import Key, LoadedRun, Parsed
 from sprint.format import tags
@@ -94,10 +92,6 @@ def problem_seconds(runs: Sequence[LoadedRun], parsed: Mapping[Key, Parsed], cou
 # --------------------------------------------------------------------------- summaries
 
 
-def _ratio_rows(sprint: np.ndarray, base: np.ndarray) -> np.ndarray:
-    return sprint.mean(axis=-1) / base.mean(axis=-1)
-
-
 def by_bucket(values: Mapping[str, float], reference: Mapping[str, float] | None,
               stats: Mapping[str, Any]) -> dict[str, Any] | None:
     """Mean seconds with CIs per length bucket of the baseline (None without a baseline reference)."""
@@ -119,15 +113,11 @@ def seconds_block(values: Mapping[str, float], reference: Mapping[str, float] | 
 def ratio(sprint: Mapping[str, float], base: Mapping[str, float], ids: Sequence[str],
           stats: Mapping[str, Any]) -> dict[str, Any] | None:
     """mean SPRINT seconds / mean baseline seconds over `ids` (paired), with its bootstrap CI."""
-    if not ids:
+    got = M.ratio_of_means([sprint[i] for i in ids], [base[i] for i in ids], **stats)
+    if got is None:
         return None
-    s = np.array([sprint[i] for i in ids], float)
-    b = np.array([base[i] for i in ids], float)
-    if b.mean() <= 0:
-        return None
-    ci = M.bootstrap_ci(_ratio_rows, [s, b], **stats)
-    return {"value": float(s.mean() / b.mean()), "ci": list(ci) if ci else None, "n": len(ids),
-            "sprint_seconds": float(s.mean()), "baseline_seconds": float(b.mean())}
+    return {"value": got["value"], "ci": got["ci"], "n": got["n"],
+            "sprint_seconds": got["sprint"], "baseline_seconds": got["baseline"]}
 
 
 def comparison(sprint: Mapping[str, Mapping[str, float]], base: Mapping[str, float],

@@ -2,7 +2,7 @@
 
 Everything here is a function of the dictionary `sprint.evaluation.evaluate` builds (and `metrics.json`
 stores), so a report can be re-rendered from `metrics.json` alone. Figures use matplotlib's
-object API with the Agg canvas: no pyplot state, safe from any thread, no display needed.
+object API with the Agg canvas (`plotting`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 
 from sprint.core.files import atomic_write
 from sprint.evaluation.metrics import bucket_labels
+from sprint.evaluation.plotting import figure, save, thousands
 from sprint.evaluation.table2 import TITLE as TABLE2_TITLE, markdown_lines as table2_lines, md_text
 
 FIGURES = {
@@ -343,41 +344,12 @@ def render_markdown(metrics: dict, figures: dict[str, str] | None = None, viewer
 # --------------------------------------------------------------------------- figures
 
 
-def warm_up_figures() -> None:
-    """Import matplotlib now (most of a second), e.g. while waiting for another process."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
-    from matplotlib.figure import Figure  # noqa: F401
-    from matplotlib.ticker import FuncFormatter  # noqa: F401
-
-
-def _figure(width: float = 6.0, height: float = 4.0):
-    # matplotlib takes most of a second to import: only an evaluation that draws figures pays for it
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=110)
-    FigureCanvasAgg(fig)
-    return fig, fig.add_subplot(1, 1, 1)
-
-
-def _thousands(axis: Any) -> None:
-    """Token axes read 2k, 4k, … instead of colliding 10000-style labels."""
-    from matplotlib.ticker import FuncFormatter
-
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1000:.3g}k" if abs(v) >= 1000 else f"{v:.0f}"))
-
-
-def _save(fig: Any, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-
-
 def plot_accuracy_vs_tokens(metrics: dict, path: Path) -> bool:
     points = [("SPRINT", r) for r in metrics["runs"]] + [("baseline", r) for r in metrics["baselines"]]
     points = [(m, r) for m, r in points if r["summary"]["mean_sequential"] is not None and r["summary"]["accuracy"] is not None]
     if not points:
         return False
-    fig, ax = _figure()
+    fig, ax = figure()
     style = {"SPRINT": ("o", "tab:blue"), "baseline": ("s", "tab:orange")}
     seen = set()
     for method, r in points:
@@ -388,13 +360,13 @@ def plot_accuracy_vs_tokens(metrics: dict, path: Path) -> bool:
         ax.annotate(r["label"], (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
     ax.set_xlabel("mean sequential tokens per problem")
     ax.set_xlim(left=0, right=1.15 * max(r["summary"]["mean_sequential"] for _, r in points) or 1)
-    _thousands(ax.xaxis)
+    thousands(ax.xaxis)
     ax.set_ylim(-2, 102)
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Accuracy vs sequential tokens")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    _save(fig, path)
+    save(fig, path)
     return True
 
 
@@ -421,7 +393,7 @@ def plot_reduction_by_bucket(metrics: dict, path: Path) -> bool:
             errs_lo.append(100 * (sp["std"] or 0.0))
             errs_hi.append(100 * (sp["std"] or 0.0))
         counts = [comps[0]["overall"]["problems"]] + [b["problems"] for b in comps[0]["buckets"]]
-    fig, ax = _figure()
+    fig, ax = figure()
     xs = list(range(len(labels)))
     colors = ["tab:gray"] + ["tab:blue"] * (len(labels) - 1)
     ax.bar(xs, values, color=colors, yerr=[errs_lo, errs_hi], capsize=4)
@@ -433,7 +405,7 @@ def plot_reduction_by_bucket(metrics: dict, path: Path) -> bool:
     ax.set_ylabel("sequential-token reduction (%)")
     ax.set_title("Reduction vs baseline, by length bucket")
     ax.grid(axis="y", alpha=0.3)
-    _save(fig, path)
+    save(fig, path)
     return True
 
 
@@ -443,7 +415,7 @@ def plot_tokens_scatter(metrics: dict, path: Path) -> bool:
     rows = [r for r in metrics["runs"][0]["problems"] if r.get("sequential") is not None and r.get("baseline_tokens") is not None]
     if not rows:
         return False
-    fig, ax = _figure(5.0, 5.0)
+    fig, ax = figure(5.0, 5.0)
     xs = [r["baseline_tokens"] for r in rows]
     ys = [r["sequential"] for r in rows]
     ax.scatter(xs, ys, s=8, alpha=0.5, color="tab:blue")
@@ -453,12 +425,12 @@ def plot_tokens_scatter(metrics: dict, path: Path) -> bool:
         ax.axvline(edge, color="tab:gray", linewidth=0.6, alpha=0.6)
     ax.set_xlabel("baseline tokens")
     ax.set_ylabel("SPRINT sequential tokens")
-    _thousands(ax.xaxis)
-    _thousands(ax.yaxis)
+    thousands(ax.xaxis)
+    thousands(ax.yaxis)
     ax.set_title(f"Per problem ({metrics['runs'][0]['label']})")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    save(fig, path)
     return True
 
 
@@ -473,12 +445,12 @@ def plot_phases_histogram(metrics: dict, path: Path) -> bool:
     counter = Counter(r["phases"] for run in metrics["runs"] for r in run["problems"] if r.get("phases") is not None)
     if not counter:
         return False
-    fig, ax = _figure()
+    fig, ax = figure()
     _bar_counts(ax, counter)
     ax.set_xlabel("phases per problem")
     ax.set_ylabel("problems")
     ax.set_title("Phases per problem" + (f" ({len(metrics['runs'])} runs pooled)" if len(metrics["runs"]) > 1 else ""))
-    _save(fig, path)
+    save(fig, path)
     return True
 
 
@@ -486,12 +458,12 @@ def plot_prompts_per_phase(metrics: dict, path: Path) -> bool:
     counter = Counter(k for run in metrics["runs"] for r in run["problems"] for k in r.get("prompts_per_phase") or [])
     if not counter:
         return False
-    fig, ax = _figure()
+    fig, ax = figure()
     _bar_counts(ax, counter)
     ax.set_xlabel("prompts (parallel executions) in a phase")
     ax.set_ylabel("phases")
     ax.set_title("Prompts per phase")
-    _save(fig, path)
+    save(fig, path)
     return True
 
 

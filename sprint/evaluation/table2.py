@@ -89,26 +89,33 @@ def problem_seconds(calls: Iterable[dict]) -> float | None:
 
 
 def latency_seconds(problems: Sequence[RawProblem]) -> list[float]:
-    """The seconds of the problems that ran alone, when some did and others shared the server.
+    """The seconds of the problems that ran alone, when some did and others shared the server
+    (`latency_by_problem`'s values, in the order the problems started)."""
+    return list(latency_by_problem(problems).values())
+
+
+def latency_by_problem(problems: Sequence[RawProblem]) -> dict[str, float]:
+    """{problem id: seconds} of the problems that ran alone, when some did and others shared the server.
 
     Why: a run may time a fixed subset one problem at a time (`--timed-problems`) and answer the rest
     with several in flight; only the first are latency, what the paper's seconds are. A problem ran
     alone when no other problem's span (first call's start to last call's end) overlaps its own. A
     run where every problem ran alone, or none did (all in flight together), keeps all of them.
+    In the order the problems started.
     """
     spans = []
     for p in problems:
         timed = _timed_calls(p.calls)
         if timed is not None:
-            spans.append((min(c.start for c in timed), max(c.end for c in timed)))
-    spans.sort()
-    every = [max(0.0, end - start) for start, end in spans]
-    alone = []
+            spans.append((min(c.start for c in timed), max(c.end for c in timed), p.id))
+    spans.sort(key=lambda span: (span[0], span[1]))
+    every = {pid: max(0.0, end - start) for start, end, pid in spans}
+    alone: dict[str, float] = {}
     latest_end = float("-inf")  # the latest end among the spans before this one
-    for i, (start, end) in enumerate(spans):
+    for i, (start, end, pid) in enumerate(spans):
         next_start = spans[i + 1][0] if i + 1 < len(spans) else float("inf")
         if latest_end <= start and end <= next_start:
-            alone.append(every[i])
+            alone[pid] = every[pid]
         latest_end = max(latest_end, end)
     return alone if 0 < len(alone) < len(every) else every
 
