@@ -33,8 +33,10 @@ from sprint.core.manifest import text_hash, write_manifest
 from sprint.evaluation import metrics as M
 from sprint.evaluation import modelled as MS
 from sprint.evaluation.grader import GradingProcess, grade_while
+from sprint.evaluation.quartiles import by_quartile
 from sprint.evaluation.plotting import warm_up_figures
 from sprint.evaluation.report import viewer_link, write_report
+from sprint.evaluation.shapes import plan_shapes
 from sprint.evaluation.table2 import MethodRun, build_table, latency_by_problem
 from sprint.evaluation.runs import (Key, LoadedRun, Parsed, RawProblem, attach_gold, load_gold, load_runs,
                                     parse_runs, run_fingerprint, split_label, task_of)
@@ -451,6 +453,8 @@ def _metrics(task: str, planner: str, executor: str, gold_source: str | None, st
             "comparison": M.aggregate_comparisons(comparisons) if comparisons else None,
         },
         "modelled": _modelled(chosen, sprint_results, base_results, reference, stats),
+        "by_quartile": by_quartile(sprint_results, base_results, reference, stats),  # Figure 6 by the baseline's quartiles
+        "plan_shapes": plan_shapes(sprint_results),
         "timing": dict(timing),
     }
 

@@ -2,7 +2,8 @@
 
 Everything here is a function of the dictionary `sprint.evaluation.evaluate` builds (and `metrics.json`
 stores), so a report can be re-rendered from `metrics.json` alone. Figures use matplotlib's
-object API with the Agg canvas (`plotting`).
+object API with the Agg canvas (`plotting`); Figure 6 by quartile and the plan shapes render in
+`quartile_report`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from sprint.core.files import atomic_write
+from sprint.evaluation import quartile_report as QR
 from sprint.evaluation.metrics import bucket_labels
 from sprint.evaluation.plotting import figure, save, thousands
 from sprint.evaluation.table2 import TITLE as TABLE2_TITLE, markdown_lines as table2_lines, md_text
@@ -21,6 +23,7 @@ from sprint.evaluation.table2 import TITLE as TABLE2_TITLE, markdown_lines as ta
 FIGURES = {
     "accuracy_vs_tokens": "Accuracy vs mean sequential tokens (one point per run)",
     "reduction_by_bucket": "Sequential-token reduction by baseline length bucket",
+    QR.FIGURE[0]: QR.FIGURE[1],
     "tokens_scatter": "SPRINT sequential tokens vs baseline tokens, per problem",
     "phases_histogram": "Phases per problem (SPRINT)",
     "prompts_per_phase": "Prompts per phase (SPRINT)",
@@ -320,6 +323,12 @@ def render_markdown(metrics: dict, figures: dict[str, str] | None = None, viewer
     if buckets:
         parts += ["", "## Reduction by baseline length", ""] + buckets
         parts += ["", "## Paired correctness", ""] + _mcnemar_lines(metrics)
+    quartiles = QR.markdown_lines(metrics.get("by_quartile"), (metrics.get("modelled") or {}).get("label"))
+    if quartiles:
+        parts += ["", f"## {QR.TITLE}", ""] + quartiles
+    shapes = QR.shape_markdown_lines(metrics.get("plan_shapes"))
+    if shapes:
+        parts += ["", f"## {QR.SHAPES_TITLE}", ""] + shapes
     modelled = modelled_lines(metrics.get("modelled"))
     if modelled:
         parts += ["", "## Modelled seconds", ""] + modelled
@@ -470,6 +479,7 @@ def plot_prompts_per_phase(metrics: dict, path: Path) -> bool:
 PLOTTERS: dict[str, Callable[[dict, Path], bool]] = {
     "accuracy_vs_tokens": plot_accuracy_vs_tokens,
     "reduction_by_bucket": plot_reduction_by_bucket,
+    QR.FIGURE[0]: QR.plot_ratio_by_quartile,
     "tokens_scatter": plot_tokens_scatter,
     "phases_histogram": plot_phases_histogram,
     "prompts_per_phase": plot_prompts_per_phase,

@@ -13,6 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Sequence
 
+from sprint.evaluation import quartile_report as QR
 from sprint.evaluation import table2 as T2
 from sprint.evaluation.report import FIGURES
 from sprint.format.tags import prompt_open
@@ -116,6 +117,20 @@ def _table2(metrics: dict) -> str:
             f'</tr></thead><tbody>{body}</tbody></table><p class="note">{escape(T2.NOTE)}</p></section>')
 
 
+def _by_quartile(metrics: dict) -> str:
+    """Figure 6 by the baseline's quartiles and the plan shapes (metrics `by_quartile`, `plan_shapes`): the same
+    cells as report.md's tables (`quartile_report`); empty without them."""
+    sections = []
+    for title, head, rows, notes in QR.viewer_sections(metrics):
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+        table = (f'<table class="summary"><thead><tr>{"".join(f"<th>{escape(h)}</th>" for h in head)}</tr></thead>'
+                 f"<tbody>{body}</tbody></table>") if rows else ""
+        kind = "quartiles" if title == QR.TITLE else "shapes"
+        sections.append(f'<section class="{kind}"><h2>{escape(title)}</h2>{table}'
+                        + "".join(f'<p class="note">{escape(n)}</p>' for n in notes) + "</section>")
+    return "".join(sections)
+
+
 def _headline(metrics: dict, views: list[list[ProblemView]], figure_files: set[str]) -> str:
     rows = []
     for key, method in (("runs", "SPRINT"), ("baselines", "baseline")):
@@ -209,7 +224,7 @@ def index_page(metrics: dict, views: list[list[ProblemView]], pages: dict[str, s
                                                      if baseline else "")
     body = (f"<header><h1>SPRINT runs</h1><p class=\"sub\">{sources} · task {_e(metrics.get('task'))} · "
             f"tokens: {_e((metrics.get('tokenizers') or {}).get('planner'))}</p></header>"
-            + _table2(metrics) + _headline(metrics, views, figure_files)
+            + _table2(metrics) + _headline(metrics, views, figure_files) + _by_quartile(metrics)
             + '<section><h2>Problems</h2><div class="controls"><input id="q" type="search" '
               'placeholder="filter rows (id, warning, …)" aria-label="filter rows">'
               '<select id="show" aria-label="show"><option value="all">all</option><option value="correct">correct'
