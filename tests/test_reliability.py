@@ -559,7 +559,7 @@ def replay_recordings(folder: Path, n: int) -> str:
 
 @pytest.mark.slow
 def test_a_replay_server_killed_mid_run_ends_the_run_in_seconds_and_the_same_command_completes_it(tmp_path: Path) -> None:
-    """The issue's case: the server dies 1/4 into a 30-problem run. Before: every remaining problem was
+    """The case: the server dies 1/4 into a 30-problem run. Before: every remaining problem was
     retried for a minute of warnings, then exit 0. Now: exit 4 within seconds with one line, each
     problem recorded at most once (failed ones retryable, attempts as made), and the same command,
     once the server is back, finishes the run."""

@@ -1,14 +1,14 @@
 """The mini experiment's main task: arithmetic expressions whose subtasks form a different DAG each time.
 
 A problem is an expression of positive integers with + - * and brackets, e.g.
-`( 4 7 * 3 ) + ( 2 8 * ( 2 + 4 ) ) - 9 5`. Every operation with a multi-digit operand is a subtask
+`( ( 4 8 + 7 1 + 5 5 ) - ( 3 7 + 7 4 ) ) * ( 2 + 4 )`. Every operation with a multi-digit operand is a subtask
 worked column by column (a long execution); an operation of two one-digit numbers (`2 + 4`) is one
 line worked inside the plan (a short execution, which packing merges into its plan). The expression's
 tree is the DAG: operations whose operands are known are independent and run in one round; a round
 needs the results of the one before; the height of an operation (1 + the highest operation under it)
 is its round. So the number of rounds, the number of subtasks per round and which round needs which
-result vary with the problem and can be read from its brackets: a chain has no parallelism at all, a
-sum of four products has four independent subtasks and then one.
+result vary with the problem and can be read from its brackets: a chain has no parallelism at all,
+four sums combined two by two are four independent subtasks, then two, then one.
 
 The sequential trace works as R1 would, innermost brackets out: a set-up line, the one-digit
 operations, then round after round each subtask (`Now 4 7 * 3 .`, the operands restated, one line
@@ -18,8 +18,8 @@ remove); then the boxed value. Digits are written one token each (`4 7` is 47) s
 about a million parameters learns column arithmetic in minutes on a CPU; every line is its own
 sentence, so stage 1's line numbers are the generator's own.
 
-The generator also knows each trace's components and DAG (`teacher_answer`, for the stand-in teacher)
-and the ideal packing of the problem (`Shape`: the subtasks of each round), read by the summary's plan
+The generator also knows each trace's components and DAG (`make_trace`, for the stand-in teacher) and
+the ideal packing of the problem (`Shape`: the subtasks of each round), read by the summary's plan
 fidelity. Seeded and deterministic: the same options give byte-identical files.
 """
 
@@ -44,6 +44,9 @@ RECHECK = "Wait , let me check the last step once more : {expr} = {value} , yes 
 ANSWER = "The answer is \\boxed{{ {value} }} ."
 QUESTION = "Work out {expr} ."
 OPS = ("+", "-", "*")
+# numbers written digit by digit (`4 7`); False writes them whole (`47`, one token up to 999; with values up to 999):
+# measured once, docs/experiments.md "The arithmetic task"
+SPACED = True
 OP_WEIGHTS = (0.5, 0.3, 0.2)    # chances of +, -, * above round 1: a product by one digit makes a chain
 WIDEN = 0.9                # chance that an operation's second operand is a subtask as high as its first
 # chances of 2, 3, 4 terms in the sums of round 1 of a problem of two rounds or more: heavy parallel
@@ -52,8 +55,8 @@ TERMS = (0.0, 0.3, 0.7)
 
 
 def digits(n: int) -> str:
-    """47 -> '4 7': one token per digit in the project's tokenizer."""
-    return " ".join(str(n))
+    """47 -> '4 7' (SPACED: one token per digit in the project's tokenizer), else '47' (one token up to 999)."""
+    return " ".join(str(n)) if SPACED else str(n)
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,8 @@ def combine(op: str, args: tuple[Node, ...]) -> Node:
 
 def _padded(a: int, b: int, op: str) -> str:
     """`a op b` with both numbers padded to one width (a sum or difference: one digit under another)."""
-    if op == "*":
-        return f"{digits(a)} * {b}"
+    if op == "*" or not SPACED:
+        return f"{digits(a)} {op} {digits(b)}"
     width = max(len(str(a)), len(str(b)))
     return f"{digits(a).replace(' ', '').zfill(width).replace('', ' ').strip()} {op} " \
            f"{digits(b).replace(' ', '').zfill(width).replace('', ' ').strip()}"
@@ -369,7 +372,7 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
 
 # ------------------------------------------------------------------------------ reading problems back
 
-_TOKEN = re.compile(r"\(|\)|[+*-]|[0-9](?: [0-9])*")
+_TOKEN = re.compile(r"\(|\)|[+*-]|[0-9]+(?: [0-9]+)*")  # a number: digits, spaced or not
 
 
 def parse_expression(text: str) -> Node:
@@ -432,7 +435,7 @@ def read_work(text: str) -> tuple[str, tuple[int, ...]] | None:
     return node.op, tuple(a.value for a in node.args)
 
 
-_RESULT = re.compile(r"^So (.+) = ([0-9](?: [0-9])*) \.$", re.M)
+_RESULT = re.compile(r"^So (.+) = ([0-9]+(?: [0-9]+)*) \.$", re.M)
 
 
 def read_result(execution: str) -> int | None:

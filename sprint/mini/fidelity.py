@@ -25,7 +25,8 @@ from typing import Any
 
 from sprint.core.data import iter_jsonl
 from sprint.format.trajectory import TrajectoryError, parse
-from sprint.mini.arithmetic import Node, Shape, parse_expression, read_result, read_work
+from sprint.format.boxed import last_boxed
+from sprint.mini.arithmetic import Node, Shape, combine, parse_expression, read_result, read_work
 
 Work = tuple[str, tuple[int, ...]]
 
@@ -43,6 +44,28 @@ class PlanReading:
     matches: bool = False           # phase structure equals the ideal packing
     uses: int = 0                   # operands of later-phase prompts that use an earlier result
     copied: int = 0                 # ... equal to a value an earlier execution reported
+    miscomputed: int = 0            # executions whose reported value is not their own prompt's value
+    answer_differs: bool = False    # the boxed answer is not the value the model's own work gives
+
+
+# why a held-out answer is wrong, the first that applies (the order a reader would check a trajectory in)
+CORRECT, MALFORMED, MISCOPIED, PLAN, MISCOMPUTED, ANSWER, OTHER = (
+    "correct", "malformed (no strict parse or no final answer)", "a later prompt miscopied an earlier result",
+    "plan differs from the ideal packing", "an execution miscomputed its subtask", "answer miscopied the work",
+    "other")
+VERDICTS = (CORRECT, MALFORMED, MISCOPIED, PLAN, MISCOMPUTED, ANSWER, OTHER)
+
+
+def verdict(reading: PlanReading, correct: bool) -> str:
+    if correct:
+        return CORRECT
+    if not reading.formed:
+        return MALFORMED
+    for failed, name in ((reading.copied < reading.uses, MISCOPIED), (not reading.matches, PLAN),
+                         (reading.miscomputed > 0, MISCOMPUTED), (reading.answer_differs, ANSWER)):
+        if failed:
+            return name
+    return OTHER
 
 
 def _leaves(node: Node) -> set[int]:
@@ -83,6 +106,7 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
     rounds: list[list[Work | None]] = [[read_work(p.text) for p in ph.prompts] for ph in phases]
     results: dict[Work, int] = {}
     reported: list[set[int]] = []  # values reported by the executions of each phase with prompts
+    miscomputed = 0
     for ph, works in zip(phases, rounds):
         values = set()
         for prompt, work in zip(ph.prompts, works):
@@ -92,6 +116,7 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
                 values.add(value)
                 if work is not None:
                     results.setdefault(work, value)
+                    miscomputed += value != combine(work[0], tuple(Node(v) for v in work[1])).value
         reported.append(values)
     expected = [[_work(n, results) for n in r] for r in shape.rounds]
     matches = len(rounds) == len(expected) and all(Counter(m) == Counter(e) for m, e in zip(rounds, expected))
@@ -107,8 +132,10 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
                     continue
                 uses += 1
                 copied += value in earlier
+    boxed = "".join((last_boxed(traj.final_answer) or "").split())
+    answer_differs = not (boxed.isascii() and boxed.isdigit() and int(boxed) == _expected(node, results))
     return PlanReading(**base, formed=True, widths=tuple(len(w) for w in rounds), matches=matches,
-                       uses=uses, copied=copied)
+                       uses=uses, copied=copied, miscomputed=miscomputed, answer_differs=answer_differs)
 
 
 def read_run(run: Path) -> list[PlanReading]:
@@ -123,6 +150,7 @@ class PlanFigures:
     problems: int
     well_formed: float
     fidelity: float
+    shape_fidelity: float           # prompts per phase equal the ideal's, whatever the prompts say
     copies: float | None            # None: no later phase used an earlier result
     uses: int
     phase_counts: dict[int, int]    # phases with prompts -> problems (well-formed only)
@@ -160,6 +188,7 @@ def plan_figures(readings: list[PlanReading]) -> PlanFigures:
         problems=len(readings),
         well_formed=len(formed) / n,
         fidelity=sum(r.matches for r in readings) / n,
+        shape_fidelity=sum(r.formed and r.widths == r.ideal for r in readings) / n,
         copies=sum(r.copied for r in readings) / uses if uses else None,
         uses=uses,
         phase_counts=dict(sorted(Counter(len(r.widths) for r in formed).items())),

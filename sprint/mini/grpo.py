@@ -48,7 +48,8 @@ def write_grpo_problems(cfg: MiniGRPODataConfig) -> int:
     traces = [row for _, row in zip(range(cfg.n), iter_jsonl(path))]
     counts = load_counter(cfg.tokenizer).count_many(
         [f"{t['thought']}\n</think>\n\n{t['solution']}" for t in traces])
-    rows = [{k: t[k] for k in ("id", "question", "nums", "target")} | {"reference_tokens": n}
+    # every column but the trace itself: the question and what grades it (answer; nums and target for Countdown)
+    rows = [{k: v for k, v in t.items() if k not in ("thought", "solution")} | {"reference_tokens": n}
             for t, n in zip(traces, counts)]
     Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
     return write_jsonl(Path(cfg.out), rows)

@@ -2,8 +2,8 @@
 
 A tiny model trained on a CPU pays for every token, so the vocabulary fits the task's text: every
 word and punctuation run the corpus uses often becomes one token (with the space before it, GPT-2
-style), every number 0..999 written after a space is one token, and every SPRINT tag is one token, as is
-each execution's name where a later plan's `Based on` line cites it (` execution_1.2`).
+style), every number 0..999 written after a space is one token, and every SPRINT tag is one token (with
+--execution-names, so is each execution's name as a later plan's `Based on` line cites it, ` execution_1.2`).
 It is still a real tokenizer that anything can read: a Hugging Face `tokenizers` BPE saved as
 tokenizer.json + tokenizer_config.json (ChatML special tokens and chat template), so transformers,
 vLLM, ms-swift and `sprint.format.tokencount` load it like the R1 tokenizer. Same corpus and flags,
@@ -106,6 +106,9 @@ class MiniTokenizerConfig:
     max_number: int = option(999, "numbers 0..N are one token each (in the --number-forms)")
     number_forms: str = option("spaced", "which numbers are one token: spaced (' 123', as the task writes them), bare "
                                "('123', e.g. at a line start; about 1000 more tokens) or both", choices=NUMBER_FORMS)
+    execution_names: bool = option(False, "also make each execution's name as a later plan's `Based on` line cites it "
+                                   "(` execution_1.2`) one token, up to --max-phase and --max-prompt (the arithmetic "
+                                   "task's plans cite several at once)")
     max_phase: int = option(12, "tags are single tokens up to this phase (<Plan_12>)")
     max_prompt: int = option(8, "... and up to this prompt number (<prompt_12.8>)")
     model_max_length: int = option(4096, "tokenizer_config's model_max_length (the longest sequence meant)")
@@ -155,7 +158,9 @@ def _untagged(texts: Sequence[str]) -> Iterator[str]:
 
 
 def reference_pieces(cfg: MiniTokenizerConfig) -> list[str]:
-    """` execution_1.2` as a later plan's `Based on` line names an earlier result: one token, like the tags."""
+    """` execution_1.2` as a later plan's `Based on` line names an earlier result (--execution-names)."""
+    if not cfg.execution_names:
+        return []
     return [f" execution_{p}.{k}" for p in range(1, cfg.max_phase + 1) for k in range(1, cfg.max_prompt + 1)]
 
 
@@ -195,7 +200,8 @@ def train_tokenizer(texts: Sequence[str], cfg: MiniTokenizerConfig, extra: str =
     tok.add_special_tokens([_added(t, special=True) for t in SPECIAL_TOKENS])
     # Not special: tags are text of the format, so decode(skip_special_tokens=True) keeps them.
     tok.add_tokens([_added(t) for t in sprint_tags(cfg.max_phase, cfg.max_prompt)])
-    tok.add_tokens([_added(t) for t in reference_pieces(cfg)])
+    if reference_pieces(cfg):
+        tok.add_tokens([_added(t) for t in reference_pieces(cfg)])
     if cfg.pipeline == QWEN2:  # its split gives one digit per piece, so BPE can never join a number
         tok.add_tokens([_added(n) for n in number_pieces(cfg)])
     return tok

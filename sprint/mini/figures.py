@@ -1,0 +1,202 @@
+"""The arithmetic miniature's own figures: what needs the generator (a problem's depth, size and ideal
+packing), printed by `sprint mini-summary` and written to OUT/evaluation/miniature.md with its PNG.
+
+- the learned plans: well-formed share, the shapes that occur, plan fidelity and copies, each beside the
+  demo's target (`sprint.mini.fidelity`), and where the wrong answers went;
+- Figure 5 in miniature: phases with prompts against the problem's depth, prompts per phase against its
+  size (subtasks), each model beside the ideal packing;
+- Figure 6 in miniature: `evaluate`'s ratios by quartile of RFT's length (metrics.json `by_quartile`),
+  with the ideal packing's own ratio in the same quartiles beside them;
+- generalisation: held-out problems one round deeper or one subtask wider than any training problem
+  (reported, no target), when the demo ran them (BEYOND > 0).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sprint.core.data import iter_jsonl
+from sprint.evaluation.plotting import figure, save
+from sprint.format.tokencount import load_counter
+from sprint.mini.fidelity import VERDICTS, PlanFigures, PlanReading, plan_figures, read_run, verdict
+from sprint.mini.ideal import ideal
+
+SPRINT_RUNS = {"SPRINT barrier": "sprint-barrier", "SPRINT stream": "sprint-stream"}
+BEYOND_RUN = "sprint-beyond"  # scripts/mini_demo.sh with BEYOND > 0: SPRINT stream on data/test_beyond.jsonl
+FIGURE5 = "figure5.png"
+MINIATURE = "miniature.md"  # the sections below, beside evaluate's report.md
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str
+    value: float | None
+    goal: str
+    met: bool | None  # None: reported, no target
+
+    def line(self, fmt: str = ".1%") -> str:
+        shown = "–" if self.value is None else format(self.value, fmt)
+        if self.met is None:
+            return f"{self.label}: {shown} (reported)"
+        return f"{self.label}: {shown} (target {self.goal}: {'met' if self.met else 'NOT met'})"
+
+
+def plan_targets(f: PlanFigures) -> list[Target]:
+    """The demo's targets for the learned plans, each with the figure it is read from."""
+    shape, share = f.top_shape
+    return [
+        Target("well-formed trajectories", f.well_formed, ">= 95%", f.well_formed >= 0.95),
+        Target(f"distinct phase counts {sorted(f.phase_counts)}", len(f.phase_counts), ">= 3", len(f.phase_counts) >= 3),
+        Target(f"distinct largest widths {sorted(f.largest_widths)}", len(f.largest_widths), ">= 3",
+               len(f.largest_widths) >= 3),
+        Target(f"commonest shape {list(shape)}", share, "<= 40%", share <= 0.4),
+        Target("plan equals the ideal packing", f.fidelity, ">= 70%", f.fidelity >= 0.7),
+        Target("prompts per phase equal the ideal packing's (whatever the prompts say)", f.shape_fidelity, "", None),
+        Target(f"later phases copy earlier results right ({f.uses} uses)", f.copies, ">= 90%",
+               f.copies is not None and f.copies >= 0.9),
+    ]
+
+
+def verdicts(run: Path, readings: list[PlanReading]) -> Counter[str]:
+    correct = {str(r.get("id")): bool(r.get("correct")) for r in iter_jsonl(run / "records.jsonl")}
+    return Counter(verdict(r, correct.get(r.id, False)) for r in readings)
+
+
+def held_out_ideals(root: Path, problems: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """id -> (ideal SPRINT sequential tokens, ideal RFT tokens), counted with the demo's tokenizer."""
+    counter = load_counter(str(root / "tokenizer"))
+    out = {}
+    for p in problems:
+        best = ideal(p["question"], counter)
+        out[str(p["id"])] = (best.sprint_sequential, best.rft_tokens)
+    return out
+
+
+def figure5_rows(readings: dict[str, list[PlanReading]], key: str) -> list[list[str]]:
+    """Per depth (or size): problems, then each run's mean beside the ideal packing's."""
+    first = next(iter(readings.values()))
+    groups = sorted({getattr(r, key) for r in first})
+    rows = []
+    for g in groups:
+        row = [str(g), str(sum(getattr(r, key) == g for r in first))]
+        for name, rs in readings.items():
+            means = plan_figures([r for r in rs if getattr(r, key) == g])
+            m = means.by_depth if key == "depth" else means.by_size
+            cell = m.get(g, {})
+            stat = "phases" if key == "depth" else "prompts_per_phase"
+            row.append(f"{cell.get(stat, float('nan')):.2f}")
+        ideal_stat = "ideal_phases" if key == "depth" else "ideal_prompts_per_phase"
+        m = plan_figures([r for r in first if getattr(r, key) == g])
+        row.append(f"{(m.by_depth if key == 'depth' else m.by_size)[g][ideal_stat]:.2f}")
+        rows.append(row)
+    return rows
+
+
+def plot_figure5(readings: dict[str, list[PlanReading]], path: Path) -> None:
+    fig, ax = figure(9.0, 3.6)
+    fig.clear()
+    for i, (key, stat, ideal_stat, label) in enumerate((
+            ("depth", "phases", "ideal_phases", "phases with prompts"),
+            ("size", "prompts_per_phase", "ideal_prompts_per_phase", "prompts per phase"))):
+        ax = fig.add_subplot(1, 2, i + 1)
+        first = next(iter(readings.values()))
+        for name, rs in [*readings.items(), ("ideal packing", first)]:
+            figs = plan_figures(rs)
+            table = figs.by_depth if key == "depth" else figs.by_size
+            xs = sorted(table)
+            ys = [table[x][ideal_stat if name == "ideal packing" else stat] for x in xs]
+            ax.plot(xs, ys, marker="o", linestyle="--" if name == "ideal packing" else "-", label=name)
+        ax.set_xticks(sorted((plan_figures(first).by_depth if key == "depth" else plan_figures(first).by_size)))
+        ax.set_xlabel(f"problem {'depth (rounds)' if key == 'depth' else 'size (subtasks)'}")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    fig.suptitle("Figure 5 in miniature: plans against the problem's depth and size")
+    save(fig, path)
+
+
+def figure6_rows(metrics: dict, ideals: dict[str, tuple[int, int]]) -> list[list[str]]:
+    """evaluate's quartile ratios, each quartile with the ideal packing's ratio on the same problems."""
+    block = metrics.get("by_quartile") or {}
+    edges = block.get("edges")
+    if not edges:
+        return []
+    rft_tokens = {}
+    for run in metrics.get("runs", []):
+        for p in run.get("problems", []):
+            if p.get("baseline_tokens") is not None:
+                rft_tokens[str(p["id"])] = p["baseline_tokens"]
+    rows = []
+    for comp in block.get("comparisons", []):
+        if comp.get("skipped"):
+            continue
+        for q in [comp["overall"], *comp["quartiles"]]:
+            ids = [i for i, t in rft_tokens.items() if i in ideals and q["lower"] <= t <= q["upper"]
+                   and (q["quartile"] == "all" or q["quartile"] == "Q1" or t > q["lower"])]
+            ideal_ratio = (sum(ideals[i][0] for i in ids) / sum(ideals[i][1] for i in ids)) if ids else None
+            tokens, seconds = q.get("tokens") or {}, q.get("measured_seconds") or {}
+            rows.append([comp["run"], q["quartile"], f"[{q['lower']:.0f}, {q['upper']:.0f}]", str(q["problems"]),
+                         _ratio(tokens), "–" if ideal_ratio is None else f"{ideal_ratio:.2f}",
+                         _ratio(seconds) + (f" (n={seconds['n']})" if seconds.get("n") else "")])
+    return rows
+
+
+def _ratio(m: dict) -> str:
+    if not m or m.get("value") is None:
+        return "–"
+    ci = m.get("ci")
+    return f"{m['value']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def arithmetic_sections(root: Path) -> list[str]:
+    """The markdown of the miniature's own figures (also printed); writes the Figure 5 PNG."""
+    evaluation = root / "evaluation"
+    readings = {name: read_run(root / "runs" / folder) for name, folder in SPRINT_RUNS.items()
+                if (root / "runs" / folder / "records.jsonl").is_file()}
+    if not readings:
+        return []
+    lines: list[str] = ["## The learned plans (held-out problems)", ""]
+    for name, rs in readings.items():
+        f = plan_figures(rs)
+        lines.append(f"**{name}** ({f.problems} problems)")
+        lines += [f"- {t.line('.1%' if isinstance(t.value, float) else 'd')}" for t in plan_targets(f)]
+        counts = verdicts(root / "runs" / SPRINT_RUNS[name], rs)
+        lines.append("- answers: " + "; ".join(f"{v}: {counts[v]}" for v in VERDICTS if counts[v]))
+        lines.append("")
+    names = list(readings)
+    lines += ["## Figure 5 in miniature: plans against the problem's depth and size", ""]
+    lines += _table(["depth (rounds)", "problems", *(f"{n}: phases with prompts" for n in names), "ideal packing"],
+                    figure5_rows(readings, "depth"))
+    lines.append("")
+    lines += _table(["size (subtasks)", "problems", *(f"{n}: prompts per phase" for n in names), "ideal packing"],
+                    figure5_rows(readings, "size"))
+    plot_figure5(readings, evaluation / FIGURE5)
+    lines += ["", f"![Figure 5]({FIGURE5})", ""]
+    metrics_path = evaluation / "metrics.json"
+    if metrics_path.is_file():
+        problems = list(iter_jsonl(root / "data" / "test.jsonl"))
+        rows = figure6_rows(json.loads(metrics_path.read_text()), held_out_ideals(root, problems))
+        if rows:
+            lines += ["## Figure 6 in miniature: SPRINT / RFT by quartile of RFT's length", ""]
+            lines += _table(["method", "quartile", "RFT tokens", "problems", "sequential tokens SPRINT / RFT",
+                             "ideal packing / sequential trace", "measured seconds SPRINT / RFT"], rows)
+            lines += ["", "Targets: sequential tokens <= 0.5 on the longest quartile, <= 1.1 on the shortest, "
+                      "<= 0.7 overall. The ideal column is what the generator built: its packed trajectory over its "
+                      "sequential trace, on the same problems.", ""]
+    beyond = root / "runs" / BEYOND_RUN
+    if (beyond / "records.jsonl").is_file():
+        rs = read_run(beyond)
+        f = plan_figures(rs)
+        correct = sum(bool(r.get("correct")) for r in iter_jsonl(beyond / "records.jsonl"))
+        lines += ["## Generalisation: one round deeper or one subtask wider than any training problem", "",
+                  f"SPRINT stream on {f.problems} such problems: {correct} right; plan equals the ideal packing on "
+                  f"{f.fidelity:.1%}; phases with prompts {dict(f.phase_counts)}, largest widths "
+                  f"{dict(f.largest_widths)} (reported, no target).", ""]
+    return lines
