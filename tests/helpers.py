@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from sprint.core.data import iter_jsonl
 from sprint.mini.countdown import ANSWER, CHECK, INTRO, branches, make_trace, search
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -88,3 +91,31 @@ def mini_trajectory(nums: tuple[int, int, int], target: int, *, executions: list
             f"</Plan_1>\n\n<Execution_1>\n{execs}\n</Execution_1>\n\n<Plan_2>\nBased on execution_1.{based}:\n"
             f"{check_lines}\n</Plan_2>\n\n<Execution_2>\nNo prompt to execute.\n</Execution_2>\n\n"
             f"<Final_answer>\n{ANSWER.format(expr=answer or check or trace.expr)}\n</Final_answer>")
+
+
+def teacher_stages(data: Path, n: int, out: Path, *pack_args: str) -> tuple[list[dict], list[dict]]:
+    """The first `n` traces of a `sprint mini-data` folder through the real stages: stages 1-2 against the
+    real stand-in teacher server, then `pack` (with `pack_args`). Returns (the traces, pack's records)."""
+    sprint = [sys.executable, "-m", "sprint"]
+    rows = list(iter_jsonl(data / "train_traces.jsonl"))[:n]
+    traces = out / "traces.jsonl"
+    traces.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    answers = out / "answers.jsonl"
+    answers.write_text("".join(line + "\n" for line in (data / "teacher.jsonl").read_text().splitlines()[:n]))
+    server = subprocess.Popen([*sprint, "teacher-server", str(answers), "--port", "0"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        first = server.stdout.readline() if server.stdout else ""
+        url = first.split(" at ", 1)[1].split()[0]
+        llm = ["--server-url", url, "--model", "standin-for-gpt-4o", "--no-progress"]
+        for stage, src, dst in (("components", traces, out / "c"), ("dag", out / "c", out / "d")):
+            done = subprocess.run([*sprint, stage, "-i", str(src), "--out-dir", str(dst), *llm], capture_output=True,
+                                  text=True)
+            assert done.returncode == 0, done.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    packed = subprocess.run([*sprint, "pack", "-i", str(out / "d"), "--out-dir", str(out / "p"), *pack_args],
+                            capture_output=True, text=True)
+    assert packed.returncode == 0, packed.stderr
+    return rows, list(iter_jsonl(out / "p" / "records.jsonl"))

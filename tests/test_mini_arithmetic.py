@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from sprint.mini.generate import write_mini_data
 from sprint.mini.ideal import ideal_trajectory
 from sprint.mini.problems import MiniDataConfig
 from sprint.tasks.registry import get_task
+from tests.helpers import teacher_stages
 
 
 def n(v: int) -> Node:
@@ -134,29 +133,7 @@ def test_stages_1_to_3_over_the_teacher_pack_the_ideal_plans(data: Path, tmp_pat
     """The real stages against the real teacher server: every packed trajectory has exactly its problem's ideal
     packing (fidelity 1), every later prompt copies an earlier result, and the packing rules all occur:
     later phases with prompts, `Based on` lines, one-digit operations merged into their plan."""
-    sprint = [sys.executable, "-m", "sprint"]
-    rows = list(iter_jsonl(data / "train_traces.jsonl"))[:80]
-    traces = tmp_path / "traces.jsonl"
-    traces.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    answers = tmp_path / "answers.jsonl"
-    answers.write_text("".join(line + "\n" for line in (data / "teacher.jsonl").read_text().splitlines()[:80]))
-    server = subprocess.Popen([*sprint, "teacher-server", str(answers), "--port", "0"], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-    try:
-        first = server.stdout.readline() if server.stdout else ""
-        url = first.split(" at ", 1)[1].split()[0]
-        llm = ["--server-url", url, "--model", "standin-for-gpt-4o", "--no-progress"]
-        for stage, src, out in (("components", traces, tmp_path / "c"), ("dag", tmp_path / "c", tmp_path / "d")):
-            done = subprocess.run([*sprint, stage, "-i", str(src), "--out-dir", str(out), *llm], capture_output=True,
-                                  text=True)
-            assert done.returncode == 0, done.stderr
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    packed = subprocess.run([*sprint, "pack", "-i", str(tmp_path / "d"), "--out-dir", str(tmp_path / "p"),
-                             "--parallelization-threshold", "0"], capture_output=True, text=True)
-    assert packed.returncode == 0, packed.stderr
-    records = list(iter_jsonl(tmp_path / "p" / "records.jsonl"))
+    _, records = teacher_stages(data, 80, tmp_path, "--parallelization-threshold", "0")
     assert len(records) == 80 and all(r["status"] == "ok" for r in records)
     figures = plan_figures(read_run(tmp_path / "p"))
     assert figures.well_formed == figures.fidelity == figures.copies == 1.0 and figures.uses > 0

@@ -4,8 +4,6 @@ structure the stand-in teacher states, packed by the real stages into the intend
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from sprint.mini.countdown import all_problems, make_trace, teacher_answer
 from sprint.mini.generate import write_mini_data
 from sprint.mini.problems import MiniDataConfig
 from sprint.tasks.registry import get_task, load_problems
+from tests.helpers import teacher_stages
 
 
 @pytest.fixture(scope="module")
@@ -95,31 +94,10 @@ def test_stages_1_to_3_over_the_teacher_pack_three_parallel_pairs(data: Path, tm
     """The real stages against the real teacher server: every trace packs into two phases, the three
     pairs as parallel prompts of phase 1, the check in phase 2 based on the pair that worked (both
     checks, in a trace that checks twice)."""
-    sprint = [sys.executable, "-m", "sprint"]
-    rows = list(iter_jsonl(data / "train_traces.jsonl"))[:12]
-    traces = tmp_path / "traces.jsonl"
-    traces.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    answers = tmp_path / "answers.jsonl"
-    answers.write_text("".join(line + "\n" for line in (data / "teacher.jsonl").read_text().splitlines()[:12]))
+    rows, records = teacher_stages(data, 12, tmp_path)
     twice = {row["id"] for row in rows if "once more" in row["thought"]}
     assert 0 < len(twice) < 12  # seed 3's first 12 hold both kinds
-    server = subprocess.Popen([*sprint, "teacher-server", str(answers), "--port", "0"], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-    try:
-        first = server.stdout.readline() if server.stdout else ""
-        url = first.split(" at ", 1)[1].split()[0]
-        llm = ["--server-url", url, "--model", "standin-for-gpt-4o", "--no-progress"]
-        for stage, src, out in (("components", traces, tmp_path / "c"), ("dag", tmp_path / "c", tmp_path / "d")):
-            done = subprocess.run([*sprint, stage, "-i", str(src), "--out-dir", str(out), *llm], capture_output=True, text=True)
-            assert done.returncode == 0, done.stderr
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    packed = subprocess.run([*sprint, "pack", "-i", str(tmp_path / "d"), "--out-dir", str(tmp_path / "p")],
-                            capture_output=True, text=True)
-    assert packed.returncode == 0, packed.stderr
     by_id = {r["id"]: r for r in rows}
-    records = list(iter_jsonl(tmp_path / "p" / "records.jsonl"))
     assert len(records) == 12 and all(r["status"] == "ok" for r in records)
     for rec in records:
         traj = parse(rec["trajectory"])

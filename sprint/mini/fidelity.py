@@ -39,6 +39,7 @@ class PlanReading:
     depth: int                      # rounds of the ideal packing
     size: int                       # subtasks of the ideal packing
     ideal: tuple[int, ...]          # subtasks per round, ideal
+    correct: bool                   # as the run graded it
     formed: bool                    # parses strictly and has a final answer
     widths: tuple[int, ...] = ()    # prompts per phase with prompts, the model's
     matches: bool = False           # phase structure equals the ideal packing
@@ -56,8 +57,8 @@ CORRECT, MALFORMED, MISCOPIED, PLAN, MISCOMPUTED, ANSWER, OTHER = (
 VERDICTS = (CORRECT, MALFORMED, MISCOPIED, PLAN, MISCOMPUTED, ANSWER, OTHER)
 
 
-def verdict(reading: PlanReading, correct: bool) -> str:
-    if correct:
+def verdict(reading: PlanReading) -> str:
+    if reading.correct:
         return CORRECT
     if not reading.formed:
         return MALFORMED
@@ -95,7 +96,8 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
     if node.op is None:
         return None
     shape = Shape.of(node)
-    base = {"id": str(record.get("id")), "depth": len(shape.widths), "size": sum(shape.widths), "ideal": shape.widths}
+    base = {"id": str(record.get("id")), "depth": len(shape.widths), "size": sum(shape.widths), "ideal": shape.widths,
+            "correct": bool(record.get("correct"))}
     try:
         traj = parse(text, strict=True)
     except TrajectoryError:

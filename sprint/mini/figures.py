@@ -21,8 +21,9 @@ from typing import Any
 
 from sprint.core.data import iter_jsonl
 from sprint.evaluation.plotting import figure, save
+from sprint.evaluation.quartiles import quartile_of
 from sprint.format.tokencount import load_counter
-from sprint.mini.fidelity import VERDICTS, PlanFigures, PlanReading, plan_figures, read_run, verdict
+from sprint.mini.fidelity import VERDICTS, PlanFigures, plan_figures, read_run, verdict
 from sprint.mini.ideal import ideal
 
 SPRINT_RUNS = {"SPRINT barrier": "sprint-barrier", "SPRINT stream": "sprint-stream"}
@@ -61,11 +62,6 @@ def plan_targets(f: PlanFigures) -> list[Target]:
     ]
 
 
-def verdicts(run: Path, readings: list[PlanReading]) -> Counter[str]:
-    correct = {str(r.get("id")): bool(r.get("correct")) for r in iter_jsonl(run / "records.jsonl")}
-    return Counter(verdict(r, correct.get(r.id, False)) for r in readings)
-
-
 def held_out_ideals(root: Path, problems: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     """id -> (ideal SPRINT sequential tokens, ideal RFT tokens), counted with the demo's tokenizer."""
     counter = load_counter(str(root / "tokenizer"))
@@ -76,42 +72,37 @@ def held_out_ideals(root: Path, problems: list[dict[str, Any]]) -> dict[str, tup
     return out
 
 
-def figure5_rows(readings: dict[str, list[PlanReading]], key: str) -> list[list[str]]:
+FIGURE5_AXES = {"depth": ("phases", "ideal_phases", "phases with prompts", "depth (rounds)"),
+                "size": ("prompts_per_phase", "ideal_prompts_per_phase", "prompts per phase", "size (subtasks)")}
+
+
+def _by(figures: PlanFigures, key: str) -> dict[int, dict[str, float]]:
+    return figures.by_depth if key == "depth" else figures.by_size
+
+
+def figure5_rows(figures: dict[str, PlanFigures], key: str) -> list[list[str]]:
     """Per depth (or size): problems, then each run's mean beside the ideal packing's."""
-    first = next(iter(readings.values()))
-    groups = sorted({getattr(r, key) for r in first})
-    rows = []
-    for g in groups:
-        row = [str(g), str(sum(getattr(r, key) == g for r in first))]
-        for name, rs in readings.items():
-            means = plan_figures([r for r in rs if getattr(r, key) == g])
-            m = means.by_depth if key == "depth" else means.by_size
-            cell = m.get(g, {})
-            stat = "phases" if key == "depth" else "prompts_per_phase"
-            row.append(f"{cell.get(stat, float('nan')):.2f}")
-        ideal_stat = "ideal_phases" if key == "depth" else "ideal_prompts_per_phase"
-        m = plan_figures([r for r in first if getattr(r, key) == g])
-        row.append(f"{(m.by_depth if key == 'depth' else m.by_size)[g][ideal_stat]:.2f}")
-        rows.append(row)
-    return rows
+    stat, ideal_stat, _, _ = FIGURE5_AXES[key]
+    first = _by(next(iter(figures.values())), key)
+    return [[str(g), str(first[g]["problems"]),
+             *(f"{_by(f, key).get(g, {}).get(stat, float('nan')):.2f}" for f in figures.values()),
+             f"{first[g][ideal_stat]:.2f}"] for g in sorted(first)]
 
 
-def plot_figure5(readings: dict[str, list[PlanReading]], path: Path) -> None:
-    fig, ax = figure(9.0, 3.6)
+def plot_figure5(figures: dict[str, PlanFigures], path: Path) -> None:
+    fig, _ = figure(9.0, 3.6)
     fig.clear()
-    for i, (key, stat, ideal_stat, label) in enumerate((
-            ("depth", "phases", "ideal_phases", "phases with prompts"),
-            ("size", "prompts_per_phase", "ideal_prompts_per_phase", "prompts per phase"))):
+    first = next(iter(figures.values()))
+    for i, (key, (stat, ideal_stat, label, axis)) in enumerate(FIGURE5_AXES.items()):
         ax = fig.add_subplot(1, 2, i + 1)
-        first = next(iter(readings.values()))
-        for name, rs in [*readings.items(), ("ideal packing", first)]:
-            figs = plan_figures(rs)
-            table = figs.by_depth if key == "depth" else figs.by_size
-            xs = sorted(table)
-            ys = [table[x][ideal_stat if name == "ideal packing" else stat] for x in xs]
-            ax.plot(xs, ys, marker="o", linestyle="--" if name == "ideal packing" else "-", label=name)
-        ax.set_xticks(sorted((plan_figures(first).by_depth if key == "depth" else plan_figures(first).by_size)))
-        ax.set_xlabel(f"problem {'depth (rounds)' if key == 'depth' else 'size (subtasks)'}")
+        xs = sorted(_by(first, key))
+        for name, f in figures.items():
+            table = _by(f, key)
+            mine = sorted(table)
+            ax.plot(mine, [table[x][stat] for x in mine], marker="o", linestyle="-", label=name)
+        ax.plot(xs, [_by(first, key)[x][ideal_stat] for x in xs], marker="o", linestyle="--", label="ideal packing")
+        ax.set_xticks(xs)
+        ax.set_xlabel(f"problem {axis}")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
     fig.suptitle("Figure 5 in miniature: plans against the problem's depth and size")
@@ -129,14 +120,16 @@ def figure6_rows(metrics: dict, ideals: dict[str, tuple[int, int]]) -> list[list
         for p in run.get("problems", []):
             if p.get("baseline_tokens") is not None:
                 rft_tokens[str(p["id"])] = p["baseline_tokens"]
+    by_quartile: dict[str, list[str]] = {"all": [i for i in rft_tokens if i in ideals]}
+    for i in by_quartile["all"]:
+        by_quartile.setdefault(quartile_of(rft_tokens[i], edges) or "", []).append(i)
+    ratios = {q: sum(ideals[i][0] for i in ids) / sum(ideals[i][1] for i in ids) for q, ids in by_quartile.items() if ids}
     rows = []
     for comp in block.get("comparisons", []):
         if comp.get("skipped"):
             continue
         for q in [comp["overall"], *comp["quartiles"]]:
-            ids = [i for i, t in rft_tokens.items() if i in ideals and q["lower"] <= t <= q["upper"]
-                   and (q["quartile"] == "all" or q["quartile"] == "Q1" or t > q["lower"])]
-            ideal_ratio = (sum(ideals[i][0] for i in ids) / sum(ideals[i][1] for i in ids)) if ids else None
+            ideal_ratio = ratios.get(q["quartile"])
             tokens, seconds = q.get("tokens") or {}, q.get("measured_seconds") or {}
             rows.append([comp["run"], q["quartile"], f"[{q['lower']:.0f}, {q['upper']:.0f}]", str(q["problems"]),
                          _ratio(tokens), "–" if ideal_ratio is None else f"{ideal_ratio:.2f}",
@@ -162,22 +155,23 @@ def arithmetic_sections(root: Path) -> list[str]:
                 if (root / "runs" / folder / "records.jsonl").is_file()}
     if not readings:
         return []
+    figures = {name: plan_figures(rs) for name, rs in readings.items()}
     lines: list[str] = ["## The learned plans (held-out problems)", ""]
     for name, rs in readings.items():
-        f = plan_figures(rs)
+        f = figures[name]
         lines.append(f"**{name}** ({f.problems} problems)")
         lines += [f"- {t.line('.1%' if isinstance(t.value, float) else 'd')}" for t in plan_targets(f)]
-        counts = verdicts(root / "runs" / SPRINT_RUNS[name], rs)
+        counts = Counter(verdict(r) for r in rs)
         lines.append("- answers: " + "; ".join(f"{v}: {counts[v]}" for v in VERDICTS if counts[v]))
         lines.append("")
-    names = list(readings)
+    names = list(figures)
     lines += ["## Figure 5 in miniature: plans against the problem's depth and size", ""]
     lines += _table(["depth (rounds)", "problems", *(f"{n}: phases with prompts" for n in names), "ideal packing"],
-                    figure5_rows(readings, "depth"))
+                    figure5_rows(figures, "depth"))
     lines.append("")
     lines += _table(["size (subtasks)", "problems", *(f"{n}: prompts per phase" for n in names), "ideal packing"],
-                    figure5_rows(readings, "size"))
-    plot_figure5(readings, evaluation / FIGURE5)
+                    figure5_rows(figures, "size"))
+    plot_figure5(figures, evaluation / FIGURE5)
     lines += ["", f"![Figure 5]({FIGURE5})", ""]
     metrics_path = evaluation / "metrics.json"
     if metrics_path.is_file():
@@ -194,7 +188,7 @@ def arithmetic_sections(root: Path) -> list[str]:
     if (beyond / "records.jsonl").is_file():
         rs = read_run(beyond)
         f = plan_figures(rs)
-        correct = sum(bool(r.get("correct")) for r in iter_jsonl(beyond / "records.jsonl"))
+        correct = sum(r.correct for r in rs)
         lines += ["## Generalisation: one round deeper or one subtask wider than any training problem", "",
                   f"SPRINT stream on {f.problems} such problems: {correct} right; plan equals the ideal packing on "
                   f"{f.fidelity:.1%}; phases with prompts {dict(f.phase_counts)}, largest widths "
