@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from sprint.llm.serve import free_port
 from sprint.timing import faults, wire
 from sprint.timing.faults import FaultPlan
 from sprint.timing.wire import Generation, Splitter
@@ -633,7 +634,4 @@ class ScriptedServer(Protocol):
 
 def dead_url() -> str:
     """A base URL where nothing listens (a port that was free a moment ago)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
+    return f"http://127.0.0.1:{free_port()}/v1"  # below the ephemeral range: no bind(0) takes it meanwhile

@@ -27,6 +27,7 @@ from sprint.cli import main as cli_main
 from sprint.core.data import hub_problem, looks_like_path
 from sprint.core.options import FALSE_WORDS, TRUE_WORDS, parse_bool
 from sprint.format.trajectory import Execution, Phase, Trajectory, parse, question_span
+from sprint.llm.serve import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SPRINT = REPO / ".venv" / "bin" / "sprint"
@@ -155,9 +156,7 @@ class _StatusServer:
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # below the ephemeral range: no bind(0) takes it meanwhile
 
 
 @pytest.mark.parametrize("case, says", [

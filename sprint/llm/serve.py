@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shlex
 import signal
 import socket
@@ -63,9 +64,32 @@ def default_python() -> Path:
     return VLLM_ENV.require("or VLLM_PYTHON, or --python") / "bin" / "python"
 
 
+def _ephemeral_floor() -> int:
+    """The lowest port the OS hands out for `bind(0)` (Linux's default when unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the OS picks it), for servers started by tests."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A port nobody listens on right now, for servers started by tests and scripts.
+
+    Drawn below the OS's ephemeral range: a port the OS picked for us and we released could be
+    picked again for someone else's `bind(0)` (a server's own engine, a client socket) before
+    our server binds it, which once made a rollout server fail with "address already in use".
+    """
+    floor = _ephemeral_floor()
+    candidates = list(range(20000, floor)) if floor > 21000 else []
+    random.SystemRandom().shuffle(candidates)  # a port, not a result: no seed needed
+    for port in candidates[:200]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no room below: let the OS pick
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
