@@ -2,7 +2,8 @@
 # The paper's experiment in miniature, on one CPU (`make demo`; README "The experiment in miniature").
 #
 #   0. problems and R1-style traces (`sprint mini-data --task TASK`: Countdown's planned searches, or arithmetic
-#      expressions whose subtasks form a different DAG each time, worked column by column), held-out problems;
+#      named sums and products whose dependencies form a different DAG each time, worked column by
+#      column), held-out problems;
 #   1-2. component separation and DAG creation over the OpenAI protocol, answered by a deterministic
 #        stand-in for GPT-4o (`sprint teacher-server`: the generator's own components and DAG) —
 #        or by a real model when SERVER_URL and MODEL are set;
@@ -31,7 +32,7 @@ cd "$(dirname "$0")/.."
 OUT="${DEMO_DIR:-outputs/mini}"
 PY="${PYTHON:-.venv/bin/python}"
 SPRINT_BIN="${SPRINT_BIN:-.venv/bin/sprint}"
-TASK="${TASK:-countdown}"                # arithmetic: expressions whose subtasks form a different DAG each time;
+TASK="${TASK:-countdown}"                # arithmetic: named steps whose dependencies form a different DAG each time;
                                          # countdown: three numbers and a target (sprint mini-data --task)
 MAX_ROUNDS="${MAX_ROUNDS:-3}"            # arithmetic: most rounds of subtasks; MAX_WIDTH: most subtasks in one round
 MAX_WIDTH="${MAX_WIDTH:-4}"

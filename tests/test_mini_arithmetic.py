@@ -15,8 +15,8 @@ import pytest
 from sprint.core.data import iter_jsonl
 from sprint.curation.trace_lines import split_lines
 from sprint.format.trajectory import parse
-from sprint.mini.arithmetic import (DrawConfig, Node, Shape, combine, draw_problem, make_trace, parse_expression,
-                                    read_result, read_work, step_lines, work_lines)
+from sprint.mini.arithmetic import (DrawConfig, Node, Shape, column_lines, combine, draw_problem, make_trace,
+                                    parse_problem, read_prompt, read_result, read_step, subtasks, work_lines)
 from sprint.mini.fidelity import plan_figures, read_plan, read_run
 from sprint.mini.figures import arithmetic_sections
 from sprint.mini.generate import write_mini_data
@@ -24,10 +24,6 @@ from sprint.mini.ideal import ideal_trajectory
 from sprint.mini.problems import MiniDataConfig
 from sprint.tasks.registry import get_task
 from tests.helpers import teacher_stages
-
-
-def n(v: int) -> Node:
-    return Node(v)
 
 
 @pytest.fixture(scope="module")
@@ -44,26 +40,48 @@ def test_same_options_same_bytes(data: Path, tmp_path: Path) -> None:
 
 
 def test_columns_carry_and_borrow() -> None:
-    assert step_lines(457, "+", 86) == ["4 5 7 + 0 8 6 , column by column from the right :", "7 + 6 + 0 = 1 3 .",
-                                        "5 + 8 + 1 = 1 4 .", "4 + 0 + 1 = 5 .", "So 4 5 7 + 8 6 = 5 4 3 ."]
-    assert step_lines(503, "-", 498)[1:] == ["1 3 - 8 - 0 = 5 .", "1 0 - 9 - 1 = 0 .", "5 - 4 - 1 = 0 .",
-                                             "So 5 0 3 - 4 9 8 = 5 ."]
-    assert step_lines(457, "*", 7)[1:] == ["7 * 7 + 0 = 4 9 .", "5 * 7 + 4 = 3 9 .", "4 * 7 + 3 = 3 1 .",
-                                           "So 4 5 7 * 7 = 3 1 9 9 ."]
-    three = work_lines(combine("+", (n(57), n(87), n(70))))
-    assert three[0] == "5 7 + 8 7 + 7 0 , two at a time :" and three[-1] == "So 5 7 + 8 7 + 7 0 = 2 1 4 ."
+    assert column_lines(457, "+", 86) == ["7 + 6 + 0 = 1 3 .", "5 + 8 + 1 = 1 4 .", "4 + 0 + 1 = 5 ."]
+    assert column_lines(503, "-", 498) == ["1 3 - 8 - 0 = 5 .", "1 0 - 9 - 1 = 0 .", "5 - 4 - 1 = 0 ."]
+    assert column_lines(457, "*", 7) == ["7 * 7 + 0 = 4 9 .", "5 * 7 + 4 = 3 9 .", "4 * 7 + 3 = 3 1 ."]
+    three = work_lines("A", "5 7 + 8 7 + 7 0", combine("+", (Node(57), Node(87), Node(70))))
+    assert three[0] == "A = 5 7 + 8 7 + 7 0 , two at a time :" and three[-1] == "So A = 2 1 4 ."
     assert "1 4 4 + 0 7 0 , column by column from the right :" in three  # the running total, then the next term
+    assert "So 1 4 4 + 7 0 = 2 1 4 ." in three
+    later = work_lines("B", "A - 8 6", combine("-", (Node(214, "+", (Node(57), Node(157))), Node(86))))
+    assert later[0] == "B = A - 8 6 = 2 1 4 - 0 8 6 , column by column from the right :"  # the value A reported
+    assert later[-1] == "So B = 1 2 8 ."
+
+
+def _value(expr: str) -> int:
+    terms = expr.split(" ")
+    numbers, ops, current = [], [], []
+    for t in terms:
+        if t in "+-*":
+            numbers.append(int("".join(current)))
+            ops.append(t)
+            current = []
+        else:
+            current.append(t)
+    numbers.append(int("".join(current)))
+    total = numbers[0]
+    for op, y in zip(ops, numbers[1:]):
+        total = total + y if op == "+" else total - y if op == "-" else total * y
+    return total
 
 
 def test_every_drawn_step_is_right() -> None:
-    """Each column line's arithmetic and each result, for many drawn problems (not only the examples above)."""
+    """Each column line's arithmetic, each step and each named result, for many drawn problems."""
     rng = random.Random(7)
     for _ in range(200):
-        node = draw_problem(rng, DrawConfig())
-        for line in make_trace(node).lines:
-            if line.startswith("So ") and " = " in line and not line.startswith("So it is"):
+        problem = draw_problem(rng, DrawConfig())
+        values = {problem.name(n): n.value for n in problem.order}
+        for line in make_trace(problem).lines:
+            if re.fullmatch(r"(So|That is all :) [A-Z] = [0-9 ]+ \.", line):
+                name, value = line.removeprefix("That is all : ").removeprefix("So ")[:-2].split(" = ")
+                assert values[name] == int(value.replace(" ", "")), line
+            elif line.startswith("So "):
                 left, value = line[3:-2].split(" = ")
-                assert parse_expression(left).value == int(value.replace(" ", "")), line
+                assert _value(left) == int(value.replace(" ", "")), line
             elif line[0].isdigit() and line.endswith(" .") and " = " in line:
                 left, value = line[:-2].split(" = ")
                 terms = left.split(" ")
@@ -75,27 +93,40 @@ def test_every_drawn_step_is_right() -> None:
                 assert total == int(value.replace(" ", "")), line
 
 
-def test_the_tree_is_the_dag() -> None:
-    """Independent subtasks share a round, a chain has one per round, and a one-digit operation is no subtask."""
-    wide = parse_expression("( ( 1 2 + 3 4 ) + ( 5 6 + 7 8 ) ) - ( ( 1 1 + 2 2 ) + ( 3 3 + 4 4 ) )")
-    assert Shape.of(wide).widths == (4, 2, 1)
-    chain = parse_expression("( ( 1 2 + 3 4 ) * 3 ) - 1 5")
-    assert Shape.of(chain).widths == (1, 1, 1)
-    small = parse_expression("( 6 9 - 6 7 ) * ( 2 + 5 )")  # 69 - 67 = 2, then 2 * 7: one line in the plan
-    assert Shape.of(small).widths == (1,)
-    assert Shape.of(small).subtasks() == [["6 9 - 6 7"]]
+def _question(*definitions: str) -> str:
+    return "\n".join(definitions)
+
+
+def test_the_definitions_are_the_dag() -> None:
+    """Independent subtasks share a round, a chain has one per round, and a one-digit definition is no subtask."""
+    wide = parse_problem(_question("Work out G .", "A = 1 2 + 3 4 .", "B = 5 6 + 7 8 .", "C = A + B .", "D = 1 1 + 2 2 .",
+                                   "E = 3 3 + 4 4 .", "F = D + E .", "G = C - F ."))
+    assert Shape.of(wide).widths == (4, 2, 1) and subtasks(wide) == [["A", "B", "D", "E"], ["C", "F"], ["G"]]
+    chain = parse_problem(_question("Work out B .", "A = C * 3 .", "B = A - 1 5 .", "C = 1 2 + 3 4 ."))
+    assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["C"], ["A"], ["B"]]
+    small = parse_problem(_question("Work out A .", "A = B * C .", "B = 6 9 + 6 7 .", "C = 2 + 5 ."))
+    assert Shape.of(small).widths == (1, 1) and small.root.value == 136 * 7
+    trace = make_trace(small)
+    assert trace.lines[:3] == ["First , what needs only numbers : B .", "C = 2 + 5 = 7 .", "Now B ."]
+    assert "A = B * C = 1 3 6 * 7 , column by column from the right :" in trace.lines
 
 
 def test_question_and_prompts_read_back() -> None:
     rng = random.Random(1)
     for _ in range(200):
-        node = draw_problem(rng, DrawConfig())
-        assert parse_expression(f"Work out {node.text()} .") == node
-    assert read_work("Now 2 1 4 + 1 8 7 .") == ("+", (214, 187))
-    assert read_work("Now 2 1 4 + .") is None and read_work("hello") is None
-    assert read_result("x\nSo 2 1 4 + 1 8 7 = 4 0 1 .") == 401 and read_result("So it is 4 .") is None
-    with pytest.raises(ValueError):
-        parse_expression("1 2 + 3 4 - 5 6")  # mixed operations without brackets: never written
+        problem = draw_problem(rng, DrawConfig())
+        again = parse_problem(problem.question)
+        assert again.question == problem.question and again.root == problem.root
+    assert read_prompt("Now B .") == "B" and read_prompt("Now 2 1 4 .") is None and read_prompt("hello") is None
+    assert read_result("x\nSo 2 1 4 + 1 8 7 = 4 0 1 .\nSo B = 4 0 1 .") == ("B", 401)
+    assert read_result("So 2 1 4 + 1 8 7 = 4 0 1 .") is None
+    assert read_step("B = A - 8 6 = 2 1 4 - 0 8 6 , column by column from the right :\n4 - 6") == ("-", (214, 86))
+    assert read_step("A = 5 7 + 8 7 + 7 0 , two at a time :") == ("+", (57, 87, 70))
+    assert read_step("5 7 + 8 7 , column by column from the right :") is None
+    for bad in ("Work out A .\nA = 1 2 + 3 4 - 5 6 .", "Work out B .\nA = 1 2 + 3 4 .", "Work out A .\nA = A + 1 2 .",
+                "1 2 + 3 4"):
+        with pytest.raises(ValueError):
+            parse_problem(bad)
 
 
 def test_held_out_problems_span_the_shapes(data: Path) -> None:
@@ -140,26 +171,28 @@ def test_stages_1_to_3_over_the_teacher_pack_the_ideal_plans(data: Path, tmp_pat
     texts = [r["trajectory"] for r in records]
     assert any("Based on execution_2." in t for t in texts)
     assert any(len(parse(t).phases) > 2 and parse(t).phases[1].prompts for t in texts)
-    one_digit = re.compile(r"^[0-9] [+*-] [0-9] = [0-9]( [0-9])? \.$", re.M)
+    one_digit = re.compile(r"^[A-Z] = [0-9] [+*-] [0-9] = [0-9]( [0-9])? \.$", re.M)
     merged = [t for t in texts if any(one_digit.search(ph.plan) for ph in parse(t).phases)]
-    assert merged  # a one-digit operation's line (`3 + 4 = 7 .`) inside a plan
+    assert merged  # a one-digit definition's line (`D = 3 + 4 = 7 .`) inside a plan
 
 
 def test_fidelity_tells_a_wrong_plan_from_a_wrong_sum() -> None:
-    question = "Work out ( 5 6 + 7 8 ) - ( 1 2 + 3 4 ) ."
-    good = ("<Question>\n" + question + "\n</Question>\n\n<Plan_1>\nOkay .\n\n<prompt_1.1> Now 1 2 + 3 4 . </prompt_1.1>"
-            "\n\n<prompt_1.2> Now 5 6 + 7 8 . </prompt_1.2>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n"
-            "So 1 2 + 3 4 = 4 7 .\n</execution_1.1>\n\n<execution_1.2>\nSo 5 6 + 7 8 = 1 3 4 .\n</execution_1.2>\n"
-            "</Execution_1>\n\n<Plan_2>\n<prompt_2.1> Now 1 3 4 - 4 7 . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n"
-            "<execution_2.1>\nSo 1 3 4 - 4 7 = 8 7 .\n</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n"
-            "\\boxed{ 8 7 }\n</Final_answer>")
-    # 12 + 34 is 46, not 47: the executor's slip; the plan built on what it reported is still the ideal plan
+    question = _question("Work out C .", "A = 5 6 + 7 8 .", "B = 1 2 + 3 4 .", "C = A - B .")
+    good = ("<Question>\n" + question + "\n</Question>\n\n<Plan_1>\nFirst .\n\n<prompt_1.1> Now B . </prompt_1.1>"
+            "\n\n<prompt_1.2> Now A . </prompt_1.2>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n"
+            "B = 1 2 + 3 4 , column by column from the right :\nSo B = 4 7 .\n</execution_1.1>\n\n<execution_1.2>\n"
+            "A = 5 6 + 7 8 , column by column from the right :\nSo A = 1 3 4 .\n</execution_1.2>\n</Execution_1>\n\n"
+            "<Plan_2>\n<prompt_2.1> Now C . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
+            "C = A - B = 1 3 4 - 0 4 7 , column by column from the right :\nSo C = 8 7 .\n</execution_2.1>\n"
+            "</Execution_2>\n\n<Final_answer>\n\\boxed{ 8 7 }\n</Final_answer>")
+    # 12 + 34 is 46, not 47: the executor's slip; the plan, and the copy of what it reported, are still right
     reading = read_plan({"id": "a", "question": question, "trajectory": good})
     assert reading and reading.matches and reading.widths == (2, 1) and (reading.uses, reading.copied) == (2, 2)
-    miscopied = good.replace("Now 1 3 4 - 4 7", "Now 1 3 4 - 4 8")
+    assert reading.miscomputed == 1 and not reading.answer_differs
+    miscopied = good.replace("1 3 4 - 0 4 7", "1 3 4 - 0 4 8")
     reading = read_plan({"id": "b", "question": question, "trajectory": miscopied})
-    assert reading and not reading.matches and (reading.uses, reading.copied) == (2, 1)
-    serial = good.replace("<prompt_1.2> Now 5 6 + 7 8 . </prompt_1.2>", "")
+    assert reading and reading.matches and (reading.uses, reading.copied) == (2, 1)
+    serial = good.replace("<prompt_1.2> Now A . </prompt_1.2>", "")
     reading = read_plan({"id": "c", "question": question, "trajectory": serial})
     assert reading and not reading.matches and reading.widths == (1, 1)
     broken = read_plan({"id": "d", "question": question, "trajectory": good.replace("</Plan_2>", "")})

@@ -1,26 +1,36 @@
-"""The mini experiment's main task: arithmetic expressions whose subtasks form a different DAG each time.
+"""The mini experiment's main task: named arithmetic steps whose dependencies form a different DAG each time.
 
-A problem is an expression of positive integers with + - * and brackets, e.g.
-`( ( 4 8 + 7 1 + 5 5 ) - ( 3 7 + 7 4 ) ) * ( 2 + 4 )`. Every operation with a multi-digit operand is a subtask
-worked column by column (a long execution); an operation of two one-digit numbers (`2 + 4`) is one
-line worked inside the plan (a short execution, which packing merges into its plan). The expression's
-tree is the DAG: operations whose operands are known are independent and run in one round; a round
-needs the results of the one before; the height of an operation (1 + the highest operation under it)
-is its round. So the number of rounds, the number of subtasks per round and which round needs which
-result vary with the problem and can be read from its brackets: a chain has no parallelism at all,
-four sums combined two by two are four independent subtasks, then two, then one.
+A problem is a value to find and the definitions it rests on, listed in no particular order:
 
-The sequential trace works as R1 would, innermost brackets out: a set-up line, the one-digit
-operations, then round after round each subtask (`Now 4 7 * 3 .`, the operands restated, one line
-per column from the right, the result), each later round opening with the expression rewritten with
-the results so far; a share of traces checks the last step once more (R1's habit, the slack GRPO can
-remove); then the boxed value. Digits are written one token each (`4 7` is 47) so that a model of
-about a million parameters learns column arithmetic in minutes on a CPU; every line is its own
-sentence, so stage 1's line numbers are the generator's own.
+    Work out E .
+    A = 4 8 + 7 1 + 5 5 .
+    B = A - C .
+    C = 3 7 + 7 4 .
+    D = 2 + 4 .
+    E = B * D .
 
-The generator also knows each trace's components and DAG (`make_trace`, for the stand-in teacher) and
-the ideal packing of the problem (`Shape`: the subtasks of each round), read by the summary's plan
-fidelity. Seeded and deterministic: the same options give byte-identical files.
+Every definition with a multi-digit operand is a subtask worked column by column (a long execution); one
+of two one-digit numbers (`D`) is one line worked inside the plan (a short execution, which packing merges
+into its plan). The definitions' references are the DAG: subtasks whose operands are known are
+independent and run in one round, a round needs the results of the one before, and a subtask's height (1
++ the highest subtask it reads) is its round. So the number of rounds, the number of subtasks per round and
+which round needs which result vary with the problem, and can be read from it only by reading which
+definition uses which: a chain has no parallelism at all, four sums combined two by two are four
+independent subtasks, then two, then one.
+
+The sequential trace works as R1 would: each round opens with the subtasks it can do now (`First , what
+needs only numbers : A , C .`, later `Next , what needs those : B .`), the one-digit definitions are one
+line each, then each subtask in turn (`Now A .`, its definition restated with the values it reads, one line
+per column from the right, `So A = 1 7 4 .`); a share of traces checks the last step once more (R1's
+habit, the slack GRPO can remove); then the boxed value. Names make every copy a lookup by content (`So A
+= 1 7 4 .`, `A = 4 8 + ...`), which a model of about a million parameters learns in minutes, where copying
+an operand out of nested brackets by its position did not (docs/experiments.md, "The arithmetic task").
+Digits are one token each (`4 7` is 47) for the column work; every line is its own sentence, so stage 1's
+line numbers are the generator's own.
+
+The generator also knows each trace's components and DAG (`make_trace`, for the stand-in teacher) and the
+ideal packing of the problem (`Shape`: the subtasks of each round), read by the summary's plan fidelity.
+Seeded and deterministic: the same options give byte-identical files.
 """
 
 from __future__ import annotations
@@ -33,20 +43,21 @@ from typing import Any
 from sprint.core.errors import UserError
 from sprint.mini.problems import MiniDataConfig, ProblemRows
 
-SETUP = "Okay , innermost brackets first ."
-SHORT = "{a} {op} {b} = {value} ."        # a one-digit operation, worked in the plan
-NOW = "Now {expr} ."                       # a subtask's instruction: the prompt
-RESTATE = "{expr} , column by column from the right :"
-TWO_AT_A_TIME = "{expr} , two at a time :"  # a sum of more than two terms
-RESULT = "So {expr} = {value} ."
-REWRITE = "So it is {expr} ."              # the expression with the results so far: opens each later round
+QUESTION = "Work out {name} ."
+DEFINITION = "{name} = {expr} ."
+FIRST = "First , what needs only numbers : {names} ."   # round 1's opening: the plan
+NEXT = "Next , what needs those : {names} ."            # each later round's opening
+SHORT = "{name} = {a} {op} {b} = {value} ."              # a one-digit definition, worked in the plan
+NOW = "Now {name} ."                                     # a subtask's instruction: the prompt
+RESTATE = "{head} , column by column from the right :"
+TWO_AT_A_TIME = "{head} , two at a time :"               # a sum of more than two terms
+STEP = "So {expr} = {value} ."                           # one step of a longer sum
+RESULT = "So {name} = {value} ."                         # a subtask's value: what later rounds look up
+DONE = "That is all : {name} = {value} ."
 RECHECK = "Wait , let me check the last step once more : {expr} = {value} , yes ."
 ANSWER = "The answer is \\boxed{{ {value} }} ."
-QUESTION = "Work out {expr} ."
 OPS = ("+", "-", "*")
-# numbers written digit by digit (`4 7`); False writes them whole (`47`, one token up to 999; with values up to 999):
-# measured once, docs/experiments.md "The arithmetic task"
-SPACED = True
+NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 OP_WEIGHTS = (0.5, 0.3, 0.2)    # chances of +, -, * above round 1: a product by one digit makes a chain
 WIDEN = 0.9                # chance that an operation's second operand is a subtask as high as its first
 # chances of 2, 3, 4 terms in the sums of round 1 of a problem of two rounds or more: heavy parallel
@@ -55,8 +66,8 @@ TERMS = (0.0, 0.3, 0.7)
 
 
 def digits(n: int) -> str:
-    """47 -> '4 7' (SPACED: one token per digit in the project's tokenizer), else '47' (one token up to 999)."""
-    return " ".join(str(n)) if SPACED else str(n)
+    """47 -> '4 7': one token per digit in the project's tokenizer, so the column work is token by token."""
+    return " ".join(str(n))
 
 
 @dataclass(frozen=True)
@@ -69,33 +80,16 @@ class Node:
 
     @property
     def short(self) -> bool:
-        """An operation of two one-digit values: one line, worked inside the plan (its execution would span
-        three lines, which packing merges into the plan)."""
-        return self.op is not None and len(self.args) == 2 and all(a.value < 10 for a in self.args)
+        """Two one-digit numbers: one line, worked inside the plan (its execution would span one line, which
+        packing merges into the plan)."""
+        return self.op is not None and len(self.args) == 2 and all(a.op is None and a.value < 10 for a in self.args)
 
     @property
     def height(self) -> int:
-        """The round of a subtask (0: a number). A short operation has the height of its highest operand and
-        is worked in the plan of the next round, as soon as its operands are known."""
-        if self.op is None:
+        """The round of a subtask (0: a number or a one-digit definition, known from the first plan on)."""
+        if self.op is None or self.short:
             return 0
-        return max(a.height for a in self.args) + (0 if self.short else 1)
-
-    def known_by(self, known: int) -> bool:
-        """Is this value written as a number once the rounds up to `known` are done?"""
-        return self.op is None or (self.height < known if self.short else self.height <= known)
-
-    def text(self, known: int = 0, top: bool = True) -> str:
-        """The expression with every operation known after round `known` replaced by its value."""
-        if self.known_by(known):
-            return digits(self.value)
-        inner = f" {self.op} ".join(a.text(known, top=False) for a in self.args)
-        return inner if top else f"( {inner} )"
-
-    @property
-    def work(self) -> str:
-        """This operation on its operands' values, as its prompt writes it: `1 4 1 + 1 6 8`."""
-        return f" {self.op} ".join(digits(a.value) for a in self.args)
+        return max(a.height for a in self.args) + 1
 
     def operations(self) -> list[Node]:
         """Every operation, operands before the operation that uses them, left to right."""
@@ -117,21 +111,17 @@ def combine(op: str, args: tuple[Node, ...]) -> Node:
 
 def _padded(a: int, b: int, op: str) -> str:
     """`a op b` with both numbers padded to one width (a sum or difference: one digit under another)."""
-    if op == "*" or not SPACED:
+    if op == "*":
         return f"{digits(a)} {op} {digits(b)}"
     width = max(len(str(a)), len(str(b)))
-    return f"{digits(a).replace(' ', '').zfill(width).replace('', ' ').strip()} {op} " \
-           f"{digits(b).replace(' ', '').zfill(width).replace('', ' ').strip()}"
+    return f"{' '.join(str(a).zfill(width))} {op} {' '.join(str(b).zfill(width))}"
 
 
-def step_lines(a: int, op: str, b: int) -> list[str]:
-    """One binary step worked column by column from the right: the operands restated, a line per column
-    (`x + y + carry = v`: the carry is the first digit of the line before; a difference borrows by
-    writing `1 x`), the result (the last column's value, then each column's last digit, bottom up)."""
-    value = a + b if op == "+" else a - b if op == "-" else a * b
-    lines = [RESTATE.format(expr=_padded(a, b, op))]
-    width, carry = max(len(str(a)), 1 if op == "*" else len(str(b))), 0
-    for i in range(width):
+def column_lines(a: int, op: str, b: int) -> list[str]:
+    """One binary step worked column by column from the right, a line per column (`x + y + carry = v`: the
+    carry is the first digit of the line before; a difference borrows by writing `1 x`)."""
+    lines, carry = [], 0
+    for i in range(max(len(str(a)), 1 if op == "*" else len(str(b)))):
         x, y = a // 10 ** i % 10, (b if op == "*" else b // 10 ** i % 10)
         if op == "-":
             borrow = x - y - carry < 0
@@ -141,22 +131,32 @@ def step_lines(a: int, op: str, b: int) -> list[str]:
         v = x * y + carry if op == "*" else x + y + carry
         lines.append(f"{x} {op} {y} + {carry} = {digits(v)} .")
         carry = v // 10
-    lines.append(RESULT.format(expr=f"{digits(a)} {op} {digits(b) if op != '*' else b}", value=digits(value)))
     return lines
 
 
-def work_lines(node: Node) -> list[str]:
-    """The execution of a subtask: a binary operation is one step; a sum of more terms is added two at a
-    time, left to right, each step on its own, and closes with the whole sum's value."""
+def work_lines(name: str, definition: str, node: Node) -> list[str]:
+    """The execution of a subtask: its definition restated with the values it reads (`B = A * D = 1 7 4 * 6`),
+    then a binary step column by column, or a sum of more terms added two at a time, each step on its own;
+    closed by the subtask's value under its name."""
     values = [a.value for a in node.args]
+    op = node.op or "+"
+    head = f"{name} = {definition}"
     if len(values) == 2:
-        return step_lines(values[0], node.op or "+", values[1])
-    lines = [TWO_AT_A_TIME.format(expr=node.work)]
-    total = values[0]
-    for v in values[1:]:
-        lines += step_lines(total, "+", v)
-        total += v
-    return lines + [RESULT.format(expr=node.work, value=digits(total))]
+        if any(a.op is not None for a in node.args):  # the values it reads, looked up by name
+            head += f" = {_padded(values[0], values[1], op)}"
+        lines = [RESTATE.format(head=head), *column_lines(values[0], op, values[1])]
+    else:
+        lines, total = [TWO_AT_A_TIME.format(head=head)], values[0]
+        for v in values[1:]:
+            lines += [RESTATE.format(head=_padded(total, v, "+")), *column_lines(total, "+", v),
+                      STEP.format(expr=f"{digits(total)} + {digits(v)}", value=digits(total + v))]
+            total += v
+    return lines + [RESULT.format(name=name, value=digits(node.value))]
+
+
+def node_work(node: Node) -> str:
+    """The operation on its operands' values: `1 7 4 * 6`."""
+    return f" {node.op} ".join(digits(a.value) for a in node.args)
 
 
 # ------------------------------------------------------------------------------ problems
@@ -167,14 +167,14 @@ class DrawConfig:
     """How problems are drawn: rounds, terms and sizes (the held-out problems are drawn the same way)."""
 
     max_rounds: int = 3
-    max_width: int = 4       # long operations in one round
-    max_subtasks: int = 7    # long operations in all
+    max_width: int = 4       # subtasks in one round
+    max_subtasks: int = 7    # subtasks in all
     max_value: int = 9999    # every value, so every number has at most four digits
     max_chars: int = 2300    # the sequential trace, about 870 tokens
 
 
 def _multiplier(rng: random.Random) -> Node:
-    """A one-digit factor, now and then a one-digit operation worth 2-9 (worked inside the plan)."""
+    """A one-digit factor, now and then a one-digit definition worth 2-9 (worked inside the plan)."""
     if rng.random() < 0.25:
         while True:
             op = rng.choice(OPS)
@@ -202,14 +202,41 @@ def _draw(rng: random.Random, height: int, terms: int) -> Node:
     return combine(op, tuple(args))
 
 
+@dataclass(frozen=True)
+class Problem:
+    """A tree of operations with a name for each, listed in the question's order (names A, B, ... in that
+    order, so the listing, not the names, hides which round a definition belongs to)."""
+
+    root: Node
+    order: tuple[Node, ...]   # every operation, as the question lists them
+
+    def name(self, node: Node) -> str:
+        return NAMES[next(i for i, n in enumerate(self.order) if n is node)]
+
+    def definition(self, node: Node) -> str:
+        """`A - C`: numbers as digits, operations by name."""
+        return f" {node.op} ".join(digits(a.value) if a.op is None else self.name(a) for a in node.args)
+
+    @property
+    def question(self) -> str:
+        return "\n".join([QUESTION.format(name=self.name(self.root)),
+                          *(DEFINITION.format(name=self.name(n), expr=self.definition(n)) for n in self.order)])
+
+
+def name_problem(root: Node, rng: random.Random) -> Problem:
+    order = list(root.operations())
+    rng.shuffle(order)
+    return Problem(root, tuple(order))
+
+
 def valid(node: Node, cfg: DrawConfig) -> bool:
-    ops = [n for n in node.operations() if not n.short]
-    if not ops or len(ops) > cfg.max_subtasks:
+    ops = node.operations()
+    if not node.op or node.short or len(ops) > len(NAMES) or sum(not n.short for n in ops) > cfg.max_subtasks:
         return False
-    widths = Shape.of(node).widths
+    widths = Shape.of(Problem(node, tuple(ops))).widths
     if len(widths) > cfg.max_rounds or max(widths) > cfg.max_width:
         return False
-    for n in node.operations():
+    for n in ops:
         if not 1 <= n.value <= cfg.max_value:
             return False
         if n.op == "-" and n.args[0].value <= n.args[1].value:
@@ -217,7 +244,7 @@ def valid(node: Node, cfg: DrawConfig) -> bool:
     return True
 
 
-def draw_problem(rng: random.Random, cfg: DrawConfig) -> Node:
+def draw_problem(rng: random.Random, cfg: DrawConfig) -> Problem:
     """One round a quarter of the time, the other depths sharing the rest (deeper problems have more shapes).
     All sums of round 1 have one number of terms, so a problem's parallel subtasks take about as long each:
     two to four in a one-round problem, mostly four in deeper ones (`TERMS`)."""
@@ -226,19 +253,22 @@ def draw_problem(rng: random.Random, cfg: DrawConfig) -> Node:
     while True:
         height = rng.choices(heights, weights=weights)[0]
         node = _draw(rng, height, rng.choices((2, 3, 4), weights=TERMS if height > 1 else (1, 1, 1))[0])
-        if valid(node, cfg) and len(make_trace(node).thought) <= cfg.max_chars:
-            return node
+        if not valid(node, cfg):
+            continue
+        problem = name_problem(node, rng)
+        if len(make_trace(problem).thought) <= cfg.max_chars:
+            return problem
 
 
 @dataclass(frozen=True)
 class Shape:
-    """The ideal packing of a problem: the long operations of each round, left to right."""
+    """The ideal packing of a problem: the subtasks of each round, in the question's order."""
 
     rounds: tuple[tuple[Node, ...], ...]
 
     @classmethod
-    def of(cls, node: Node) -> Shape:
-        ops = [n for n in node.operations() if not n.short]
+    def of(cls, problem: Problem) -> Shape:
+        ops = [n for n in problem.order if not n.short]
         top = max(n.height for n in ops)
         return cls(tuple(tuple(n for n in ops if n.height == r) for r in range(1, top + 1)))
 
@@ -246,9 +276,10 @@ class Shape:
     def widths(self) -> tuple[int, ...]:
         return tuple(len(r) for r in self.rounds)
 
-    def subtasks(self) -> list[list[str]]:
-        """Each round's subtasks as the prompts write them (operands as values)."""
-        return [[n.work for n in r] for r in self.rounds]
+
+def subtasks(problem: Problem) -> list[list[str]]:
+    """Each round's subtasks by name, as the prompts write them."""
+    return [[problem.name(n) for n in r] for r in Shape.of(problem).rounds]
 
 
 # ------------------------------------------------------------------------------ traces
@@ -258,7 +289,7 @@ class Shape:
 class Trace:
     """One problem's sequential trace and the components the generator knows it holds."""
 
-    node: Node
+    problem: Problem
     lines: list[str]
     solution: str
     components: list[dict[str, Any]]
@@ -266,20 +297,20 @@ class Trace:
 
     @property
     def question(self) -> str:
-        return QUESTION.format(expr=self.node.text())
+        return self.problem.question
 
     @property
     def thought(self) -> str:
         return "\n".join(self.lines)
 
 
-def make_trace(node: Node, recheck: bool = False) -> Trace:
-    """The trace, and stage 1-2 answers as a careful teacher would give them: the set-up and each
-    rewrite plan-only; a one-digit operation with its one line as a (short) execution, which packing
-    merges into the plan; a subtask with its instruction as the prompt (no range holds it, as the
-    instruction is the trace's own line) and its column work as the execution. Parents: what a line
-    reads, so a subtask depends on its round's opening and on the operations under it."""
-    lines = [SETUP]
+def make_trace(problem: Problem, recheck: bool = False) -> Trace:
+    """The trace, and stage 1-2 answers as a careful teacher would give them: each round's opening
+    plan-only; a one-digit definition with its one line as a (short) execution, which packing merges into
+    the plan; a subtask with its instruction as the prompt (no range holds it, as the instruction is the
+    trace's own line) and its column work as the execution. Parents: what a line reads, so a subtask
+    depends on its round's opening and on the subtasks and one-digit definitions it reads."""
+    lines: list[str] = []
     components: list[dict[str, Any]] = []
     dag: dict[str, list[int]] = {}
     number: dict[int, int] = {}  # id(node) -> component number
@@ -291,50 +322,46 @@ def make_trace(node: Node, recheck: bool = False) -> Trace:
         dag[str(len(components))] = sorted(set(parents))
         return len(components)
 
-    opening = add("Decide the order of work", [], plan="1-1")
-    ops = node.operations()
-    shape = Shape.of(node)
-    previous: list[Node] = []  # the operations of the round before
-    for r in range(1, len(shape.rounds) + 2):
-        round_ops = shape.rounds[r - 1] if r <= len(shape.rounds) else ()
-        shorts = [n for n in ops if n.short and n.height == r - 1]
-        if not round_ops and not shorts:
-            break
-        # a later round opens with the expression rewritten, unless it is now the one operation left
-        rewritten = node.text(known=r - 1)
-        if r > 1 and not (len(round_ops) == 1 and not shorts and rewritten == round_ops[0].work):
-            lines.append(REWRITE.format(expr=rewritten))
-            opening = add("Rewrite the expression with the results so far",
-                          [opening] + [number[id(n)] for n in previous], plan=f"{len(lines)}-{len(lines)}")
-        for n in shorts:
-            lines.append(SHORT.format(a=n.args[0].value, op=n.op, b=n.args[1].value, value=n.value))
-            number[id(n)] = add(f"Work out {n.work}", [opening] + [number[id(a)] for a in n.args if id(a) in number],
-                                prompt=f"Work out {n.work} .", execution=f"{len(lines)}-{len(lines)}")
+    def reads(node: Node) -> list[int]:
+        return [number[id(a)] for a in node.args if id(a) in number]
+
+    name = problem.name
+    shorts = [n for n in problem.order if n.short]
+    opening, previous = 0, []
+    for r, round_ops in enumerate(Shape.of(problem).rounds, 1):
+        names = " , ".join(name(n) for n in round_ops)
+        lines.append((FIRST if r == 1 else NEXT).format(names=names))
+        opening = add(f"Choose the subtasks of round {r}", [opening] * (r > 1) + [number[id(n)] for n in previous],
+                      plan=f"{len(lines)}-{len(lines)}")
+        for n in shorts if r == 1 else ():
+            lines.append(SHORT.format(name=name(n), a=n.args[0].value, op=n.op, b=n.args[1].value,
+                                      value=n.value))
+            number[id(n)] = add(f"Work out {name(n)}", [opening], prompt=f"Work out {name(n)} .",
+                                execution=f"{len(lines)}-{len(lines)}")
         for n in round_ops:
-            work = work_lines(n)
-            lines.append(NOW.format(expr=n.work))
+            lines.append(NOW.format(name=name(n)))
             start = len(lines) + 1
-            lines += work
-            number[id(n)] = add(f"Work out {n.work} column by column",
-                                [opening] + [number[id(a)] for a in n.args if id(a) in number],
-                                prompt=NOW.format(expr=n.work), execution=f"{start}-{len(lines)}")
-        previous = [*shorts, *round_ops]
+            lines += work_lines(name(n), problem.definition(n), n)
+            number[id(n)] = add(f"Work out {name(n)} column by column", [opening, *reads(n)],
+                                prompt=NOW.format(name=name(n)), execution=f"{start}-{len(lines)}")
+        previous = list(round_ops)
+    root = problem.root
     start = len(lines) + 1
-    lines.append(REWRITE.format(expr=digits(node.value)))
+    lines.append(DONE.format(name=name(root), value=digits(root.value)))
     if recheck:
-        lines.append(RECHECK.format(expr=node.work, value=digits(node.value)))
-    add("State the value", [opening, number[id(node)]], plan=f"{start}-{len(lines)}")
-    return Trace(node, lines, ANSWER.format(value=digits(node.value)), components, dag)
+        lines.append(RECHECK.format(expr=node_work(root), value=digits(root.value)))
+    add("State the value", [opening, number[id(root)]], plan=f"{start}-{len(lines)}")
+    return Trace(problem, lines, ANSWER.format(value=digits(root.value)), components, dag)
 
 
 # ------------------------------------------------------------------------------ rows
 
 
-def problem_row(node: Node, row_id: str, index: int) -> dict[str, Any]:
+def problem_row(problem: Problem, row_id: str, index: int) -> dict[str, Any]:
     """A held-out problem: its question, its value (the gold answer) and its ideal packing."""
-    shape = Shape.of(node)
-    return {"id": row_id, "index": index, "question": QUESTION.format(expr=node.text()), "answer": str(node.value),
-            "rounds": len(shape.widths), "widths": list(shape.widths), "subtasks": shape.subtasks()}
+    widths = Shape.of(problem).widths
+    return {"id": row_id, "index": index, "question": problem.question, "answer": str(problem.root.value),
+            "rounds": len(widths), "widths": list(widths), "subtasks": subtasks(problem)}
 
 
 def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
@@ -346,18 +373,19 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
     rng = random.Random(cfg.seed)
     seen: set[str] = set()
 
-    def fresh(config: DrawConfig, keep: Any = lambda node: True) -> Node:
+    def fresh(config: DrawConfig, keep: Any = lambda problem: True) -> Problem:
         while True:
-            node = draw_problem(rng, config)
-            if keep(node) and node.text() not in seen:
-                seen.add(node.text())
-                return node
+            problem = draw_problem(rng, config)
+            if keep(problem) and problem.question not in seen:
+                seen.add(problem.question)
+                return problem
 
     rows = ProblemRows()
     rows.held_out = [problem_row(fresh(draw), f"ar-test-{i:04d}", i) for i in range(cfg.n_test)]
     wider = DrawConfig(cfg.max_rounds + 1, cfg.max_width + 1, cfg.max_subtasks + 2)
-    def beyond_training(node: Node) -> bool:
-        widths = Shape.of(node).widths
+
+    def beyond_training(problem: Problem) -> bool:
+        widths = Shape.of(problem).widths
         return len(widths) > cfg.max_rounds or max(widths) > cfg.max_width
 
     rows.beyond = [problem_row(fresh(wider, beyond_training), f"ar-beyond-{i:04d}", i) for i in range(cfg.beyond)]
@@ -365,80 +393,74 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
     for i in range(cfg.n_train or 4000):
         trace = make_trace(fresh(draw), recheck=rechecks.random() < cfg.recheck_share)
         rows.add_trace({"id": f"ar-{i:05d}", "question": trace.question, "thought": trace.thought,
-                        "solution": trace.solution, "answer": str(trace.node.value)},
+                        "solution": trace.solution, "answer": str(trace.problem.root.value)},
                        {"components": trace.components, "dag": trace.dag})
     return rows
 
 
 # ------------------------------------------------------------------------------ reading problems back
 
-_TOKEN = re.compile(r"\(|\)|[+*-]|[0-9]+(?: [0-9]+)*")  # a number: digits, spaced or not
+_NUMBER = r"[0-9](?: [0-9])*"
+_DEFINITION = re.compile(rf"^([A-Z]) = ((?:{_NUMBER}|[A-Z])(?: [+*-] (?:{_NUMBER}|[A-Z]))+) \.$")
 
 
-def parse_expression(text: str) -> Node:
-    """The tree of an expression as the generator writes it (`( 4 7 + 2 8 ) * 3`, digits spaced); a
-    question (`Work out ... .`) is read too. ValueError for anything else. A sum of more than two terms
-    at one level is one operation, as the generator draws it."""
-    body = text.strip()
-    if body.startswith("Work out ") and body.endswith(" ."):
-        body = body[len("Work out "):-2]
-    tokens = _TOKEN.findall(body)
-    if "".join(tokens).replace(" ", "") != body.replace(" ", ""):
-        raise ValueError(f"not an expression of the mini task: {text!r}")
-    pos = 0
+def parse_problem(text: str) -> Problem:
+    """A question as the generator writes it, back into its problem; ValueError for anything else."""
+    lines = text.strip().split("\n")
+    head = re.fullmatch(r"Work out ([A-Z]) \.", lines[0].strip())
+    if not head:
+        raise ValueError(f"not a question of the mini task: {text[:80]!r}")
+    defined: dict[str, tuple[str, list[str]]] = {}
+    for line in lines[1:]:
+        match = _DEFINITION.match(line.strip())
+        if not match:
+            raise ValueError(f"not a definition of the mini task: {line!r}")
+        tokens = re.findall(rf"{_NUMBER}|[A-Z]|[+*-]", match[2])
+        ops = set(tokens[1::2])
+        if len(ops) != 1 or (len(tokens) > 3 and ops != {"+"}):
+            raise ValueError(f"mixed operations in one definition: {line!r}")
+        defined[match[1]] = (tokens[1], tokens[::2])
+    built: dict[str, Node] = {}
 
-    def operand() -> Node:
-        nonlocal pos
-        if pos >= len(tokens):
-            raise ValueError(f"expression ends early: {text!r}")
-        token = tokens[pos]
-        pos += 1
-        if token == "(":
-            node = expression()
-            if pos >= len(tokens) or tokens[pos] != ")":
-                raise ValueError(f"unclosed bracket: {text!r}")
-            pos += 1
-            return node
-        if token[0].isdigit():
-            return Node(int(token.replace(" ", "")))
-        raise ValueError(f"unexpected {token!r} in {text!r}")
+    def build(name: str, seen: tuple[str, ...] = ()) -> Node:
+        if name in seen or name not in defined:
+            raise ValueError(f"{name} is undefined or defined through itself in {text[:80]!r}")
+        if name not in built:
+            op, args = defined[name]
+            built[name] = combine(op, tuple(build(a, (*seen, name)) if a.isalpha() else Node(int(a.replace(" ", "")))
+                                            for a in args))
+        return built[name]
 
-    def expression() -> Node:
-        nonlocal pos
-        args, op = [operand()], None
-        while pos < len(tokens) and tokens[pos] in OPS:
-            if op is not None and (tokens[pos] != op or op != "+"):
-                raise ValueError(f"mixed operations without brackets: {text!r}")
-            op = tokens[pos]
-            pos += 1
-            args.append(operand())
-        return args[0] if op is None else combine(op, tuple(args))
-
-    node = expression()
-    if pos != len(tokens):
-        raise ValueError(f"unexpected {tokens[pos]!r} in {text!r}")
-    return node
+    root = build(head[1])
+    order = tuple(build(name) for name in defined)
+    if sorted(defined) != sorted(NAMES[: len(defined)]) or list(defined) != sorted(defined):
+        raise ValueError(f"definitions are not named A, B, ... in order: {text[:80]!r}")
+    return Problem(root, order)
 
 
-def read_work(text: str) -> tuple[str, tuple[int, ...]] | None:
-    """(operation, operands) of a prompt or a work text (`Now 2 1 4 + 1 8 7 .`); None when it is not one."""
-    body = text.strip()
-    if body.startswith("Now "):
-        body = body[4:]
-    body = body.removesuffix(".").strip()
-    try:
-        node = parse_expression(body)
-    except ValueError:
-        return None
-    if node.op is None or any(a.op is not None for a in node.args):
-        return None
-    return node.op, tuple(a.value for a in node.args)
+_PROMPT = re.compile(r"^Now ([A-Z]) \.$")
+_RESULT = re.compile(r"^So ([A-Z]) = ([0-9](?: [0-9])*) \.$", re.M)
+_HEAD = re.compile(rf"^[A-Z] = .*?((?:{_NUMBER})(?: [+*-] {_NUMBER})+) , (?:column by column from the right|two at a time) :$",
+                   re.M)
 
 
-_RESULT = re.compile(r"^So (.+) = ([0-9]+(?: [0-9]+)*) \.$", re.M)
+def read_prompt(text: str) -> str | None:
+    """The name a prompt (`Now B .`) asks for; None when it is not one."""
+    match = _PROMPT.match(text.strip())
+    return match[1] if match else None
 
 
-def read_result(execution: str) -> int | None:
-    """The value an execution reports on its last `So ... = V .` line (None without one)."""
+def read_result(execution: str) -> tuple[str, int] | None:
+    """(name, value) an execution reports on its last `So B = V .` line (None without one)."""
     found = _RESULT.findall(execution)
-    return int(found[-1][1].replace(" ", "")) if found else None
+    return (found[-1][0], int(found[-1][1].replace(" ", ""))) if found else None
+
+
+def read_step(execution: str) -> tuple[str, tuple[int, ...]] | None:
+    """(operation, operand values) of an execution's first line, as it restated them (`B = A * D = 1 7 4 * 6
+    , column by column from the right :`); None when it has none."""
+    match = _HEAD.search(execution)
+    if not match:
+        return None
+    tokens = re.findall(rf"{_NUMBER}|[+*-]", match[1])
+    return tokens[1], tuple(int(t.replace(" ", "")) for t in tokens[::2])

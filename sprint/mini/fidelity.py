@@ -5,12 +5,10 @@ held-out trajectory is read back against it:
 
 - its shape: the number of prompts in each phase that has any (phases with prompts, widths);
 - fidelity: the same number of phases with prompts as the ideal, and in each the same set of
-  subtasks in any order, read from the prompts' operands. A later round's subtasks are expected with
-  the operands the model's own earlier executions reported (a wrong sum in round 1 is the executor's
-  fault, not the plan's), the true values where it reported none;
-- copies: every operand of a prompt in a later phase that is not a number of the question (nor a
-  one-digit factor) uses an earlier result; it is copied right when an execution of an earlier phase
-  reported that value.
+  subtasks in any order, read from the prompts' names (`Now B .`);
+- copies: every operand of an execution in a later phase that is an earlier subtask's result; it is
+  copied right when the execution restates the value an earlier execution of the model reported under
+  that name (a wrong sum in round 1 is the executor's fault, not the copy's), the true value where none did.
 
 Figure 5 in miniature (phases used and prompts per phase against the problem's depth and size) and
 the shape figures come from the same reading, the model's beside the ideal packing's.
@@ -24,11 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from sprint.core.data import iter_jsonl
-from sprint.format.trajectory import TrajectoryError, parse
 from sprint.format.boxed import last_boxed
-from sprint.mini.arithmetic import Node, Shape, combine, parse_expression, read_result, read_work
-
-Work = tuple[str, tuple[int, ...]]
+from sprint.format.trajectory import TrajectoryError, parse
+from sprint.mini.arithmetic import Node, Shape, combine, parse_problem, read_prompt, read_result, read_step
 
 
 @dataclass(frozen=True)
@@ -43,15 +39,15 @@ class PlanReading:
     formed: bool                    # parses strictly and has a final answer
     widths: tuple[int, ...] = ()    # prompts per phase with prompts, the model's
     matches: bool = False           # phase structure equals the ideal packing
-    uses: int = 0                   # operands of later-phase prompts that use an earlier result
-    copied: int = 0                 # ... equal to a value an earlier execution reported
-    miscomputed: int = 0            # executions whose reported value is not their own prompt's value
+    uses: int = 0                   # operands of later-phase executions that are earlier results
+    copied: int = 0                 # ... restated as the model's earlier execution reported them
+    miscomputed: int = 0            # executions whose reported value is not that of the step they restated
     answer_differs: bool = False    # the boxed answer is not the value the model's own work gives
 
 
 # why a held-out answer is wrong, the first that applies (the order a reader would check a trajectory in)
 CORRECT, MALFORMED, MISCOPIED, PLAN, MISCOMPUTED, ANSWER, OTHER = (
-    "correct", "malformed (no strict parse or no final answer)", "a later prompt miscopied an earlier result",
+    "correct", "malformed (no strict parse or no final answer)", "a later execution miscopied an earlier result",
     "plan differs from the ideal packing", "an execution miscomputed its subtask", "answer miscopied the work",
     "other")
 VERDICTS = (CORRECT, MALFORMED, MISCOPIED, PLAN, MISCOMPUTED, ANSWER, OTHER)
@@ -69,33 +65,16 @@ def verdict(reading: PlanReading) -> str:
     return OTHER
 
 
-def _leaves(node: Node) -> set[int]:
-    return {node.value} if node.op is None else {v for a in node.args for v in _leaves(a)}
-
-
-def _expected(node: Node, results: dict[Work, int]) -> int:
-    """A subtask's value as the model's own executions give it (the true value where they give none)."""
-    if node.op is None or node.short:
-        return node.value
-    return results.get(_work(node, results), node.value)
-
-
-def _work(node: Node, results: dict[Work, int]) -> Work:
-    return node.op or "", tuple(_expected(a, results) for a in node.args)
-
-
 def read_plan(record: dict[str, Any]) -> PlanReading | None:
     """None when the record's question is not an arithmetic problem (the question is read from the
     trajectory when the record has none, as pack's records)."""
     text = record.get("trajectory") or ""
     question = record.get("question") or parse(text, strict=False).question
     try:
-        node = parse_expression(str(question))
+        problem = parse_problem(str(question))
     except ValueError:
         return None
-    if node.op is None:
-        return None
-    shape = Shape.of(node)
+    shape = Shape.of(problem)
     base = {"id": str(record.get("id")), "depth": len(shape.widths), "size": sum(shape.widths), "ideal": shape.widths,
             "correct": bool(record.get("correct"))}
     try:
@@ -104,38 +83,36 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
         return PlanReading(**base, formed=False)
     if traj.final_answer is None:
         return PlanReading(**base, formed=False)
+    nodes = {problem.name(n): n for n in problem.order}
     phases = [ph for ph in traj.phases if ph.prompts]
-    rounds: list[list[Work | None]] = [[read_work(p.text) for p in ph.prompts] for ph in phases]
-    results: dict[Work, int] = {}
-    reported: list[set[int]] = []  # values reported by the executions of each phase with prompts
-    miscomputed = 0
-    for ph, works in zip(phases, rounds):
-        values = set()
-        for prompt, work in zip(ph.prompts, works):
+    rounds = [[read_prompt(p.text) for p in ph.prompts] for ph in phases]
+    reported: dict[str, int] = {}  # name -> the value the model's executions reported first
+    uses = copied = miscomputed = 0
+    for i, ph in enumerate(phases):
+        found = []
+        for prompt, name in zip(ph.prompts, rounds[i]):
             execution = ph.execution(prompt.name)
-            value = read_result(execution.text) if execution else None
-            if value is not None:
-                values.add(value)
-                if work is not None:
-                    results.setdefault(work, value)
-                    miscomputed += value != combine(work[0], tuple(Node(v) for v in work[1])).value
-        reported.append(values)
-    expected = [[_work(n, results) for n in r] for r in shape.rounds]
-    matches = len(rounds) == len(expected) and all(Counter(m) == Counter(e) for m, e in zip(rounds, expected))
-    literals, uses, copied = _leaves(node), 0, 0
-    for i, works in enumerate(rounds[1:], 1):
-        earlier = set().union(*reported[:i])
-        for work in works:
-            if work is None:
+            text_ = execution.text if execution else ""
+            step, result = read_step(text_), read_result(text_)
+            if step is not None and result is not None:
+                miscomputed += result[1] != combine(step[0], tuple(Node(v) for v in step[1])).value
+            if result is not None:
+                found.append(result)
+            node = nodes.get(name or "")
+            if i == 0 or node is None or step is None or len(step[1]) != len(node.args):
                 continue
-            op, operands = work
-            for j, value in enumerate(operands):
-                if value in literals or (op == "*" and j == 1):
-                    continue
-                uses += 1
-                copied += value in earlier
+            for arg, value in zip(node.args, step[1]):
+                if arg.op is not None and not arg.short:
+                    uses += 1
+                    copied += value == reported.get(problem.name(arg), arg.value)
+        for name, value in found:  # known to later phases only
+            reported.setdefault(name, value)
+    expected = [[problem.name(n) for n in r] for r in shape.rounds]
+    matches = len(rounds) == len(expected) and all(Counter(m) == Counter(e) for m, e in zip(rounds, expected))
+    root = problem.name(problem.root)
     boxed = "".join((last_boxed(traj.final_answer) or "").split())
-    answer_differs = not (boxed.isascii() and boxed.isdigit() and int(boxed) == _expected(node, results))
+    answer_differs = not (boxed.isascii() and boxed.isdigit()
+                          and int(boxed) == reported.get(root, problem.root.value))
     return PlanReading(**base, formed=True, widths=tuple(len(w) for w in rounds), matches=matches,
                        uses=uses, copied=copied, miscomputed=miscomputed, answer_differs=answer_differs)
 

@@ -18,7 +18,7 @@ from sprint.curation.packing import PackSettings, pack_record
 from sprint.curation.trace_lines import line_spans
 from sprint.format.tokencount import TokenCounter
 from sprint.format.trajectory import Trajectory, count_tokens
-from sprint.mini.arithmetic import make_trace, parse_expression
+from sprint.mini.arithmetic import make_trace, parse_problem
 
 # the demo's packing of this task: every trace kept (scripts/mini_demo.sh THRESHOLD)
 SETTINGS = PackSettings(parallelization_threshold=0.0)
@@ -36,8 +36,7 @@ class Ideal:
 
 def ideal_trajectory(question: str) -> tuple[Trajectory, str]:
     """(packed trajectory, sequential output) of a problem, as the generator and the stages make them."""
-    node = parse_expression(question)
-    trace = make_trace(node)
+    trace = make_trace(parse_problem(question))
     components = parse_components(json.dumps(trace.components))
     spans = line_spans(trace.thought)
     row = {"components": [component_record(c, trace.thought, spans) for c in components], "dag": trace.dag,

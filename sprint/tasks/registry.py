@@ -250,7 +250,7 @@ class MiniCountdownTask(CountdownTask):
 @dataclass(frozen=True)
 class MiniArithmeticTask(TaskAdapter):
     """The mini experiment's arithmetic (`sprint mini-data --task arithmetic`): the question as the generator
-    wrote it, gold = the expression's value (`answer`); an answer is right when its digits, read without the
+    wrote it, gold = the value asked for (`answer`); an answer is right when its digits, read without the
     spaces the generator writes between them (`\\boxed{ 7 2 3 }`), are that integer."""
 
     name: str = "arithmetic-mini"
