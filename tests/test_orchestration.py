@@ -741,3 +741,24 @@ def test_response_cache_defaults_to_the_run_folder_and_its_location_is_not_ident
     assert "problems (0 errors), accuracy 100.0% (2/2; 100.0% of answered)" in capsys.readouterr().out
     strip = lambda r: {k: v for k, v in r.items() if k not in {"start", "end", "calls"}}  # noqa: E731
     assert sorted(map(json.dumps, map(strip, _records(out)))) == sorted(map(json.dumps, map(strip, ok_records)))
+
+
+def test_a_trajectory_that_outgrows_the_context_ends_unanswered_not_failed(tmp_path: Path,
+                                                                          scripted_server: ScriptedServer) -> None:
+    """vLLM refuses a prompt longer than --max-model-len with HTTP 400: for a planner whose trajectory grew that
+    long it is the model's failure (graded wrong, as a generation cut at its limit), not the run's."""
+    def handler(body: dict, endpoint: str) -> str | Reply:
+        prompt = body["prompt"]
+        if "<Plan_2>" in prompt or prompt.endswith("<Execution_1>\nNo prompt to execute.\n</Execution_1>\n\n"):
+            return Reply(status=400, error="This model's maximum context length is 1536 tokens. However, your prompt "
+                                           "contains at least 1537 input tokens")
+        return "<Plan_1>\nThink more, no prompts.\n</Plan_1>"
+
+    srv = scripted_server(handler)
+    cfg = _config(srv, tmp_path, _data(tmp_path, ["What is 2+3?"], ["5"]))
+    summary = orchestrate(cfg, progress=False)
+    assert summary["errors"] == 0 and summary["no_answer"] == summary["context_full"] == 1
+    [record] = _records(cfg.out_dir)
+    assert record["status"] == "ok" and record["context_full"] is True
+    assert (record["predicted"], record["correct"], record["num_phases"]) == (None, False, 1)
+    assert [c["error"].split(":")[0] for c in record["calls"] if c.get("error")] == ["context_length"]

@@ -179,6 +179,7 @@ class ProblemOutcome:
     trajectory: Trajectory
     forced_final: bool
     truncated_plans: int
+    context_full: bool = False  # the trajectory outgrew the model's context: it ends there, unanswered
 
 
 class ProblemRun:
@@ -204,6 +205,7 @@ class ProblemRun:
         self.calls: list[CallRecord] = []
         self.run_number = 1
         self.trajectory = Trajectory(problem.question)
+        self.truncated = 0  # plans cut at their token limit, this run
 
     async def _call(
         self,
@@ -294,23 +296,34 @@ class ProblemRun:
         raise AssertionError("unreachable")
 
     async def run(self) -> ProblemOutcome:
+        """The loop; a call refused because the trajectory no longer fits the model's context ends the problem
+        unanswered (graded wrong, as a sequential generation cut at its token limit), not as a failed run."""
+        try:
+            return await self._loop()
+        except StepFailed as exc:
+            if exc.kind != "context_length":
+                raise
+            log.info("problem %s: %s; it ends unanswered", self.problem.id, exc)
+            return ProblemOutcome(self.trajectory, False, self.truncated, context_full=True)
+
+    async def _loop(self) -> ProblemOutcome:
         s = self.settings
         traj = self.trajectory = Trajectory(self.problem.question)
-        truncated = 0
+        self.truncated = 0
         for p in range(1, s.max_phases + 1):
             context = traj.render_context()
             if p == s.max_phases:
                 traj.final_answer = await self._final(context, p)
-                return ProblemOutcome(traj, True, truncated)
+                return ProblemOutcome(traj, True, self.truncated)
             dispatch = make_dispatch(s.schedule, self._execute, context, p)
             try:
                 raw, cut = await self._plan(context, p, dispatch)
-                truncated += cut
+                self.truncated += cut
                 out = normalize_plan(raw, p)
                 if out.final_answer is None and not out.plan:
                     # nothing usable (EOS or </think> straight away): ask for the answer now
                     traj.final_answer = await self._final(context, p)
-                    return ProblemOutcome(traj, True, truncated)
+                    return ProblemOutcome(traj, True, self.truncated)
                 if out.plan:
                     phase = Phase(p, out.plan)
                     phase.executions = await dispatch.collect(out.plan)
@@ -319,7 +332,7 @@ class ProblemRun:
                 await dispatch.close()
             if out.final_answer is not None:
                 traj.final_answer = out.final_answer
-                return ProblemOutcome(traj, False, truncated)
+                return ProblemOutcome(traj, False, self.truncated)
         raise AssertionError("unreachable: the last phase always answers")
 
 
@@ -360,6 +373,7 @@ async def solve_problem(
         "num_prompts": traj.prompt_count,
         "forced_final": outcome.forced_final if outcome else None,
         "truncated_plans": outcome.truncated_plans if outcome else None,
+        "context_full": outcome.context_full if outcome else None,
         "prompt_tokens": sum(c.prompt_tokens for c in runner.calls),
         "completion_tokens": sum(c.completion_tokens for c in runner.calls),
         **outcome_fields(runner.calls, runner.run_number, started, failure),

@@ -343,6 +343,7 @@ def summarize_run(records: list[dict]) -> dict[str, Any]:
         out["mean_phases"] = round(sum(r["num_phases"] for r in ok) / len(ok), 3)
         out["mean_prompts"] = round(sum(r["num_prompts"] for r in ok) / len(ok), 3)
         out["forced_final"] = sum(1 for r in ok if r.get("forced_final"))
+        out["context_full"] = sum(1 for r in ok if r.get("context_full"))
     return out
 
 

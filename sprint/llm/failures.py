@@ -11,7 +11,9 @@ from typing import Any
 
 import openai
 
-ERROR_KINDS = frozenset({"timeout", "server_error", "rate_limit", "bad_request", "auth", "not_found", "connection", "empty"})
+# context_length: the prompt alone fills the model's context (HTTP 400 saying so): a long trajectory, not a broken request
+ERROR_KINDS = frozenset({"timeout", "server_error", "rate_limit", "bad_request", "context_length", "auth", "not_found",
+                         "connection", "empty"})
 
 
 TRANSIENT_KINDS = frozenset({"timeout", "server_error", "rate_limit", "connection", "empty"})
@@ -97,6 +99,8 @@ def classify(exc: BaseException) -> Attempt:
             return Attempt("auth", f"authentication failure (HTTP {status})", message, status=status)
         if status == 404:
             return Attempt("not_found", "not found (HTTP 404)", message, status=status)
+        if "context length" in message.lower() or "context_length" in message.lower():
+            return Attempt("context_length", f"context full (HTTP {status})", message, status=status)
         return Attempt("bad_request", f"bad request (HTTP {status})", message, status=status)
     if isinstance(exc, openai.APIError):  # e.g. an error event inside a stream
         return Attempt("server_error", "server error", exc.message)
