@@ -219,6 +219,14 @@ def _data(tmp_path: Path, n: int, ids: list[int] | None = None) -> Path:
     return path
 
 
+def _both(ring: HashRing) -> list[int]:
+    """Eight problem ids, four owned by each of the ring's two replicas: the servers' ports are the OS's, so
+    which replica owns `q3` varies from run to run, and eight ids taken blindly all land on one now and then."""
+    ids = [[i for i in range(200) if ring.owner(f"q{i}") == url][:4] for url in ring.nodes]
+    assert all(len(mine) == 4 for mine in ids)
+    return sorted(ids[0] + ids[1])
+
+
 def _config(tmp_path: Path, urls: str, **kw) -> OrchestrationConfig:
     base = dict(data=kw.pop("data", None) or str(_data(tmp_path, 8)), task="math", out_dir=str(tmp_path / "run"), prompt_mode="raw",
                 planner_model=MODEL, planner_server_url=urls, max_tokens=16, max_phases=2, max_problem_workers=3,
@@ -235,10 +243,10 @@ def test_orchestration_each_problem_on_one_replica_with_priority(tmp_path: Path,
                                                                  scripted_server: ScriptedServer) -> None:
     a = scripted_server(planner_or_executor)
     b = scripted_server(planner_or_executor)
-    cfg = _config(tmp_path, f"{a.base_url},{b.base_url}", priority=True)
+    ring = HashRing([a.base_url, b.base_url])
+    cfg = _config(tmp_path, f"{a.base_url},{b.base_url}", priority=True, data=str(_data(tmp_path, 8, _both(ring))))
     summary = orchestrate(cfg, progress=False)
     assert summary["ok"] == 8
-    ring = HashRing([a.base_url, b.base_url])
     ranks: dict[str, set[int]] = {}
     for srv in (a, b):
         for body, headers in _completions(srv):
@@ -423,10 +431,10 @@ def test_baseline_keeps_each_problem_on_its_replica(tmp_path: Path, scripted_ser
 
     a = scripted_server(lambda r, e: "so \\boxed{2}")
     b = scripted_server(lambda r, e: "so \\boxed{2}")
-    cfg = BaselineConfig(model=MODEL, server_url=f"{a.base_url},{b.base_url}", data=str(_data(tmp_path, 8)),
+    ring = HashRing([a.base_url, b.base_url])
+    cfg = BaselineConfig(model=MODEL, server_url=f"{a.base_url},{b.base_url}", data=str(_data(tmp_path, 8, _both(ring))),
                          out_dir=str(tmp_path / "base"), prompt_mode="raw", max_tokens=16, use_cache=False)
     assert baseline(cfg, progress=False)["ok"] == 8
-    ring = HashRing([a.base_url, b.base_url])
     for srv in (a, b):
         assert all(ring.owner(h["x-session-id"]) == srv.base_url for _, h in _completions(srv))
     records = [json.loads(x) for x in (tmp_path / "base" / "records.jsonl").read_text().splitlines()]
