@@ -22,9 +22,10 @@ The sequential trace works as R1 would: each round opens with the subtasks it ca
 needs only numbers : A , C .`, later `Next , what needs those : B .`), the one-digit definitions are one
 line each, then each subtask in turn (`Now A .`, its definition restated with the values it reads, one line
 per column from the right, `So A = 1 7 4 .`); a share of traces checks the last step once more (R1's
-habit, the slack GRPO can remove); then the boxed value. Names make every copy a lookup by content (`So A
-= 1 7 4 .`, `A = 4 8 + ...`), which a model of about a million parameters learns in minutes, where copying
-an operand out of nested brackets by its position did not (docs/experiments.md, "The arithmetic task").
+habit, the slack GRPO can remove); then the boxed value. Names keep the plans short (a prompt is three
+tokens, and no round rewrites the whole problem), so the ideal packing saves about half of the longest
+traces, as the paper's Figure 6 does; every copy is then a lookup by name (`So A = 1 7 4 .`, `A = 4 8 +
+...`), which a small model learns later than the column work (docs/experiments.md, "The arithmetic task").
 Digits are one token each (`4 7` is 47) for the column work; every line is its own sentence, so stage 1's
 line numbers are the generator's own.
 
