@@ -24,6 +24,7 @@ from sprint.training.finetune import (
     SwiftCommand,
     build_command,
     check_swift_args,
+    clear_checkpoint_links,
     config_path,
     default_swift_bin,
     load_recipe,
@@ -420,3 +421,15 @@ def test_sorted_micro_batches_take_the_step_of_the_whole_batch(swift_bin: Path, 
     assert len(losses[1]) == 3 and all(math.isfinite(x) for x in losses[1])
     assert losses[1] == pytest.approx(losses[4], rel=1e-4)
     assert losses[1][0] != pytest.approx(losses[1][2], rel=1e-3)  # the weights moved between the steps
+
+
+def test_a_second_training_into_one_folder_clears_the_old_checkpoint_links(tmp_path: Path) -> None:
+    """ms-swift makes `best` and `last` with os.symlink, which fails when an earlier run left them (a second
+    `make demo-sample` crashed at the end of its training): the links go, a real folder of that name stays."""
+    (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "best").symlink_to(tmp_path / "checkpoint-4")
+    (tmp_path / "last").symlink_to(tmp_path / "gone")  # dangling: its checkpoint was deleted
+    assert clear_checkpoint_links(tmp_path) == ["best", "last"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-4"]
+    (tmp_path / "last").mkdir()
+    assert clear_checkpoint_links(tmp_path) == [] and (tmp_path / "last").is_dir()

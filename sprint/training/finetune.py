@@ -384,6 +384,22 @@ def check_swift_args(command: SwiftCommand, level: str = "parser") -> dict[str, 
     return result
 
 
+CHECKPOINT_LINKS = ("best", "last")  # ms-swift's create_checkpoint_symlink links in the output folder
+
+
+def clear_checkpoint_links(output_dir: Path) -> list[str]:
+    """Remove the `best`/`last` links an earlier run left in `output_dir`: ms-swift makes them with
+    `os.symlink`, which fails at the end of a second training into the same folder. Only links go; a
+    folder of that name is the user's and stays."""
+    removed = []
+    for name in CHECKPOINT_LINKS:
+        link = output_dir / name
+        if link.is_symlink():
+            link.unlink()
+            removed.append(name)
+    return removed
+
+
 def run_finetune(
     options: FinetuneOptions,
     swift_bin: str | Path | None = None,
@@ -418,6 +434,7 @@ def run_finetune(
     if dry_run:
         return 0
     Path(options.output_dir).mkdir(parents=True, exist_ok=True)
+    clear_checkpoint_links(Path(options.output_dir))
     if command.order:
         o = command.order
         write_batch_order(o.train, o.out, o.batch_size, o.steps, o.seed)
