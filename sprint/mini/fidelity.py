@@ -92,8 +92,8 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
         found = []
         for prompt, name in zip(ph.prompts, rounds[i]):
             execution = ph.execution(prompt.name)
-            text_ = execution.text if execution else ""
-            step, result = read_step(text_), read_result(text_)
+            work = execution.text if execution else ""
+            step, result = read_step(work), read_result(work)
             if step is not None and result is not None:
                 miscomputed += result[1] != combine(step[0], tuple(Node(v) for v in step[1])).value
             if result is not None:
