@@ -155,10 +155,6 @@ class _StatusServer:
         self.server.server_close()
 
 
-def _closed_port() -> int:
-    return free_port()  # below the ephemeral range: no bind(0) takes it meanwhile
-
-
 @pytest.mark.parametrize("case, says", [
     ("offline", "HF_HUB_OFFLINE=1 is set"), ("no-such-host", "no-such-host.invalid"), ("refused", "refused"),
     ("silent", "timed out|did not answer within"), ("http-500", "HTTP 500"), ("http-404", "has no dataset 'someorg/typo-dataset'"),
@@ -168,7 +164,7 @@ def test_an_unusable_hub_is_one_line_within_3_seconds(case: str, says: str, tmp_
     extra = {
         "offline": {"HF_HUB_OFFLINE": "1"},
         "no-such-host": {"HF_ENDPOINT": "http://no-such-host.invalid"},
-        "refused": {"HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}"},
+        "refused": {"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"},
     }.get(case, {})
     server = (_StatusServer(int(case[-3:])) if case.startswith("http") else _SilentServer() if case == "silent"
               else contextlib.nullcontext(""))
@@ -208,7 +204,7 @@ def test_a_typo_in_the_finetune_model_is_one_line_fast(tmp_path: Path) -> None:
     swift.chmod(0o755)
     result, seconds = run(["bash", str(REPO / "run_finetune.sh")], tmp_path, MODEL="someorg/typo-model",
                           DATA_DIR=str(data), VAL_DATA="", SWIFT_BIN=str(swift),
-                          HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}")
+                          HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")
     errors = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert result.returncode == 2 and len(errors) == 1, result.stderr
     assert errors[0].startswith("error: cannot load the tokenizer 'someorg/typo-model'")

@@ -99,7 +99,7 @@ def classify(exc: BaseException) -> Attempt:
             return Attempt("auth", f"authentication failure (HTTP {status})", message, status=status)
         if status == 404:
             return Attempt("not_found", "not found (HTTP 404)", message, status=status)
-        if "context length" in message.lower() or "context_length" in message.lower():
+        if any(words in message.lower() for words in ("context length", "context_length")):
             return Attempt("context_length", f"context full (HTTP {status})", message, status=status)
         return Attempt("bad_request", f"bad request (HTTP {status})", message, status=status)
     if isinstance(exc, openai.APIError):  # e.g. an error event inside a stream

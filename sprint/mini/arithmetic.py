@@ -434,7 +434,7 @@ def parse_problem(text: str) -> Problem:
 
     root = build(head[1])
     order = tuple(build(name) for name in defined)
-    if sorted(defined) != sorted(NAMES[: len(defined)]) or list(defined) != sorted(defined):
+    if list(defined) != list(NAMES[: len(defined)]):
         raise ValueError(f"definitions are not named A, B, ... in order: {text[:80]!r}")
     return Problem(root, order)
 

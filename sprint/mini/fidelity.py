@@ -24,7 +24,8 @@ from typing import Any
 from sprint.core.data import iter_jsonl
 from sprint.format.boxed import last_boxed
 from sprint.format.trajectory import TrajectoryError, parse
-from sprint.mini.arithmetic import Node, Shape, combine, parse_problem, read_prompt, read_result, read_step
+from sprint.mini.arithmetic import (Node, Shape, combine, parse_problem, read_prompt, read_result, read_step,
+                                    subtasks)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
                     copied += value == reported.get(problem.name(arg), arg.value)
         for name, value in found:  # known to later phases only
             reported.setdefault(name, value)
-    expected = [[problem.name(n) for n in r] for r in shape.rounds]
+    expected = subtasks(problem)
     matches = len(rounds) == len(expected) and all(Counter(m) == Counter(e) for m, e in zip(rounds, expected))
     root = problem.name(problem.root)
     boxed = "".join((last_boxed(traj.final_answer) or "").split())

@@ -200,8 +200,7 @@ def train_tokenizer(texts: Sequence[str], cfg: MiniTokenizerConfig, extra: str =
     tok.add_special_tokens([_added(t, special=True) for t in SPECIAL_TOKENS])
     # Not special: tags are text of the format, so decode(skip_special_tokens=True) keeps them.
     tok.add_tokens([_added(t) for t in sprint_tags(cfg.max_phase, cfg.max_prompt)])
-    if reference_pieces(cfg):
-        tok.add_tokens([_added(t) for t in reference_pieces(cfg)])
+    tok.add_tokens([_added(t) for t in reference_pieces(cfg)])  # none without --execution-names
     if cfg.pipeline == QWEN2:  # its split gives one digit per piece, so BPE can never join a number
         tok.add_tokens([_added(n) for n in number_pieces(cfg)])
     return tok
