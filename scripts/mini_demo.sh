@@ -47,6 +47,7 @@ N_TRAIN="${N_TRAIN:-0}"                  # training traces (0: the task's defaul
 BASE_STEPS="${BASE_STEPS:-800}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill); 0: none
 MAX_STEPS="${MAX_STEPS:-750}"            # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps)
 FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
+SIDE_BY_SIDE="${SIDE_BY_SIDE:-1}"        # 1: the SPRINT and RFT fine-tunes run at once, one thread each (0: one after the other, two threads)
 EXECUTOR_ROWS="${EXECUTOR_ROWS:-both}"   # executor-view rows: the view each schedule sends (barrier: the whole plan; stream: the plan up to the prompt)
 TIMED="${TIMED:-50}"                     # the first held-out problems, run one at a time: the seconds column (latency)
 PROBLEM_WORKERS="${PROBLEM_WORKERS:-8}"  # problems in flight after them (answers and tokens only), the same for every method
@@ -70,7 +71,8 @@ t0=$(date +%s)
 step() { echo; echo "=== [$(( $(date +%s) - t0 )) s] $*"; }
 free_port() { "$PY" -c "from sprint.llm.serve import free_port; print(free_port())"; }
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+kill_tree() { local c; for c in $(pgrep -P "$1"); do kill_tree "$c"; done; kill "$1" 2>/dev/null || true; }
+cleanup() { for p in "${pids[@]}"; do kill_tree "$p"; done; wait 2>/dev/null || true; }  # a fine-tune's trainer too
 trap cleanup EXIT
 
 step "0. problems, traces and the teacher's answers"
@@ -142,11 +144,27 @@ fi
 # one token budget for both fine-tunes: MAX_STEPS batches of RFT rows, as many tokens of SPRINT rows
 SPRINT_STEPS=$("$SPRINT_BIN" mini-steps "$OUT/sft/train.jsonl" --reference "$OUT/sft/sequential_train.jsonl" \
   --steps "$MAX_STEPS" --tokenizer "$OUT/tokenizer")
-step "4c. swift sft: SPRINT from $FROM on the packed rows ($SPRINT_STEPS steps)"
-train sprint "$FROM" "$OUT/sft/train.jsonl" "$SPRINT_STEPS" "$LR_FT"
-if [[ "$RFT" == 1 ]]; then
-  step "4d. swift sft: RFT from $FROM on the same traces, sequential (same recipe, $MAX_STEPS steps, same tokens)"
-  train rft "$FROM" "$OUT/sft/sequential_train.jsonl" "$MAX_STEPS" "$LR_FT"
+if [[ "$RFT" == 1 && "$SIDE_BY_SIDE" == 1 ]]; then
+  # a step of this model uses a second thread at 81 % efficiency (0.54 s a step on two, 0.88 on one), so two
+  # one-thread runs at once finish the pair in about 0.8 x the time of one after the other (docs/experiments.md, "Time")
+  step "4c-d. swift sft, side by side on one thread each: SPRINT from $FROM on the packed rows ($SPRINT_STEPS steps), RFT from" \
+    "$FROM on the same traces, sequential (same recipe, $MAX_STEPS steps, same tokens); logs in $OUT/{sprint,rft}-sft.log"
+  OMP_NUM_THREADS=1 train sprint "$FROM" "$OUT/sft/train.jsonl" "$SPRINT_STEPS" "$LR_FT" > "$OUT/sprint-sft.log" 2>&1 &
+  pids+=($!)
+  OMP_NUM_THREADS=1 train rft "$FROM" "$OUT/sft/sequential_train.jsonl" "$MAX_STEPS" "$LR_FT" > "$OUT/rft-sft.log" 2>&1 &
+  pids+=($!)
+  for name in rft sprint; do  # the last started first
+    wait "${pids[-1]}" || { tail -n 40 "$OUT/sprint-sft.log" "$OUT/rft-sft.log" >&2; echo "the $name fine-tune failed" >&2; exit 1; }
+    unset 'pids[-1]'
+  done
+  tail -n 2 "$OUT/sprint-sft.log" "$OUT/rft-sft.log"
+else
+  step "4c. swift sft: SPRINT from $FROM on the packed rows ($SPRINT_STEPS steps)"
+  train sprint "$FROM" "$OUT/sft/train.jsonl" "$SPRINT_STEPS" "$LR_FT"
+  if [[ "$RFT" == 1 ]]; then
+    step "4d. swift sft: RFT from $FROM on the same traces, sequential (same recipe, $MAX_STEPS steps, same tokens)"
+    train rft "$FROM" "$OUT/sft/sequential_train.jsonl" "$MAX_STEPS" "$LR_FT"
+  fi
 fi
 
 SERVED=""  # the model vLLM serves on PORT now, started by the first run that needs it (none when every run is reused)
