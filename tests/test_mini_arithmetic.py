@@ -44,12 +44,12 @@ def test_columns_carry_and_borrow() -> None:
     assert column_lines(503, "-", 498) == ["1 3 - 8 - 0 = 5 .", "1 0 - 9 - 1 = 0 .", "5 - 4 - 1 = 0 ."]
     assert column_lines(457, "*", 7) == ["7 * 7 + 0 = 4 9 .", "5 * 7 + 4 = 3 9 .", "4 * 7 + 3 = 3 1 ."]
     three = work_lines("A", "5 7 + 8 7 + 7 0", combine("+", (Node(57), Node(87), Node(70))))
-    assert three[0] == "A = 5 7 + 8 7 + 7 0 , two at a time :" and three[-1] == "So A = 2 1 4 ."
+    assert three[0] == "A = 5 7 + 8 7 + 7 0 , two at a time :" and three[-1] == "So A is 2 1 4 ."
     assert "1 4 4 + 0 7 0 , column by column from the right :" in three  # the running total, then the next term
     assert "So 1 4 4 + 7 0 = 2 1 4 ." in three
-    later = work_lines("B", "A - 8 6", combine("-", (Node(214, "+", (Node(57), Node(157))), Node(86))))
-    assert later[0] == "B = A - 8 6 = 2 1 4 - 0 8 6 , column by column from the right :"  # the value A reported
-    assert later[-1] == "So B = 1 2 8 ."
+    later = work_lines("B", "A - 8 6", combine("-", (Node(214, "+", (Node(57), Node(157))), Node(86))), ("A",))
+    assert later[0] == "B = A - 8 6 , where A is 2 1 4 , so B = 2 1 4 - 0 8 6 , column by column from the right :"
+    assert later[-1] == "So B is 1 2 8 ."
 
 
 def _value(expr: str) -> int:
@@ -76,8 +76,8 @@ def test_every_drawn_step_is_right() -> None:
         problem = draw_problem(rng, DrawConfig())
         values = {problem.name(n): n.value for n in problem.order}
         for line in make_trace(problem).lines:
-            if re.fullmatch(r"(So|That is all :) [A-Z] = [0-9 ]+ \.", line):
-                name, value = line.removeprefix("That is all : ").removeprefix("So ")[:-2].split(" = ")
+            if re.fullmatch(r"(So|That is all :) [A-Z] is [0-9 ]+ \.", line):
+                name, value = line.removeprefix("That is all : ").removeprefix("So ")[:-2].split(" is ")
                 assert values[name] == int(value.replace(" ", "")), line
             elif line.startswith("So "):
                 left, value = line[3:-2].split(" = ")
@@ -107,8 +107,8 @@ def test_the_definitions_are_the_dag() -> None:
     small = parse_problem(_question("Work out A .", "A = B * C .", "B = 6 9 + 6 7 .", "C = 2 + 5 ."))
     assert Shape.of(small).widths == (1, 1) and small.root.value == 136 * 7
     trace = make_trace(small)
-    assert trace.lines[:3] == ["First , what needs only numbers : B .", "C = 2 + 5 = 7 .", "Now B ."]
-    assert "A = B * C = 1 3 6 * 7 , column by column from the right :" in trace.lines
+    assert trace.lines[:3] == ["First , what needs only numbers : B .", "C = 2 + 5 , so C is 7 .", "Now B ."]
+    assert "A = B * C , where B is 1 3 6 and C is 7 , so A = 1 3 6 * 7 , column by column from the right :" in trace.lines
 
 
 def test_question_and_prompts_read_back() -> None:
@@ -118,9 +118,9 @@ def test_question_and_prompts_read_back() -> None:
         again = parse_problem(problem.question)
         assert again.question == problem.question and again.root == problem.root
     assert read_prompt("Now B .") == "B" and read_prompt("Now 2 1 4 .") is None and read_prompt("hello") is None
-    assert read_result("x\nSo 2 1 4 + 1 8 7 = 4 0 1 .\nSo B = 4 0 1 .") == ("B", 401)
+    assert read_result("x\nSo 2 1 4 + 1 8 7 = 4 0 1 .\nSo B is 4 0 1 .") == ("B", 401)
     assert read_result("So 2 1 4 + 1 8 7 = 4 0 1 .") is None
-    assert read_step("B = A - 8 6 = 2 1 4 - 0 8 6 , column by column from the right :\n4 - 6") == ("-", (214, 86))
+    assert read_step("B = A - 8 6 , where A is 2 1 4 , so B = 2 1 4 - 0 8 6 , column by column from the right :\n4 - 6") == ("-", (214, 86))
     assert read_step("A = 5 7 + 8 7 + 7 0 , two at a time :") == ("+", (57, 87, 70))
     assert read_step("5 7 + 8 7 , column by column from the right :") is None
     for bad in ("Work out A .\nA = 1 2 + 3 4 - 5 6 .", "Work out B .\nA = 1 2 + 3 4 .", "Work out A .\nA = A + 1 2 .",
@@ -171,19 +171,19 @@ def test_stages_1_to_3_over_the_teacher_pack_the_ideal_plans(data: Path, tmp_pat
     texts = [r["trajectory"] for r in records]
     assert any("Based on execution_2." in t for t in texts)
     assert any(len(parse(t).phases) > 2 and parse(t).phases[1].prompts for t in texts)
-    one_digit = re.compile(r"^[A-Z] = [0-9] [+*-] [0-9] = [0-9]( [0-9])? \.$", re.M)
+    one_digit = re.compile(r"^([A-Z]) = [0-9] [+*-] [0-9] , so \1 is [0-9] \.$", re.M)
     merged = [t for t in texts if any(one_digit.search(ph.plan) for ph in parse(t).phases)]
-    assert merged  # a one-digit definition's line (`D = 3 + 4 = 7 .`) inside a plan
+    assert merged  # a one-digit definition's line (`D = 3 + 4 , so D is 7 .`) inside a plan
 
 
 def test_fidelity_tells_a_wrong_plan_from_a_wrong_sum() -> None:
     question = _question("Work out C .", "A = 5 6 + 7 8 .", "B = 1 2 + 3 4 .", "C = A - B .")
     good = ("<Question>\n" + question + "\n</Question>\n\n<Plan_1>\nFirst .\n\n<prompt_1.1> Now B . </prompt_1.1>"
             "\n\n<prompt_1.2> Now A . </prompt_1.2>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n"
-            "B = 1 2 + 3 4 , column by column from the right :\nSo B = 4 7 .\n</execution_1.1>\n\n<execution_1.2>\n"
-            "A = 5 6 + 7 8 , column by column from the right :\nSo A = 1 3 4 .\n</execution_1.2>\n</Execution_1>\n\n"
+            "B = 1 2 + 3 4 , column by column from the right :\nSo B is 4 7 .\n</execution_1.1>\n\n<execution_1.2>\n"
+            "A = 5 6 + 7 8 , column by column from the right :\nSo A is 1 3 4 .\n</execution_1.2>\n</Execution_1>\n\n"
             "<Plan_2>\n<prompt_2.1> Now C . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
-            "C = A - B = 1 3 4 - 0 4 7 , column by column from the right :\nSo C = 8 7 .\n</execution_2.1>\n"
+            "C = A - B , where A is 1 3 4 and B is 4 7 , so C = 1 3 4 - 0 4 7 , column by column from the right :\nSo C is 8 7 .\n</execution_2.1>\n"
             "</Execution_2>\n\n<Final_answer>\n\\boxed{ 8 7 }\n</Final_answer>")
     # 12 + 34 is 46, not 47: the executor's slip; the plan, and the copy of what it reported, are still right
     reading = read_plan({"id": "a", "question": question, "trajectory": good})

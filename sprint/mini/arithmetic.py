@@ -21,11 +21,14 @@ independent subtasks, then two, then one.
 The sequential trace works as R1 would: each round opens with the subtasks it can do now (`First , what
 needs only numbers : A , C .`, later `Next , what needs those : B .`), the one-digit definitions are one
 line each, then each subtask in turn (`Now A .`, its definition restated with the values it reads, one line
-per column from the right, `So A = 1 7 4 .`); a share of traces checks the last step once more (R1's
+per column from the right, `So A is 1 7 4 .`); a share of traces checks the last step once more (R1's
 habit, the slack GRPO can remove); then the boxed value. Names keep the plans short (a prompt is three
 tokens, and no round rewrites the whole problem), so the ideal packing saves about half of the longest
-traces, as the paper's Figure 6 does; every copy is then a lookup by name (`So A = 1 7 4 .`, `A = 4 8 +
-...`), which a small model learns later than the column work (docs/experiments.md, "The arithmetic task").
+traces, as the paper's Figure 6 does; every copy is then a lookup by name, which a small model learns later
+than the column work (docs/experiments.md, "The arithmetic task"). A value read from an earlier subtask is
+looked up in the words of its result (`So A is 1 7 4 .` there, `where A is 1 7 4` here; `A is` occurs
+nowhere else), so the copy is the pattern a small model's induction heads learn first; the question's
+numbers are copied after `A =`.
 Digits are one token each (`4 7` is 47) for the column work; every line is its own sentence, so stage 1's
 line numbers are the generator's own.
 
@@ -48,13 +51,14 @@ QUESTION = "Work out {name} ."
 DEFINITION = "{name} = {expr} ."
 FIRST = "First , what needs only numbers : {names} ."   # round 1's opening: the plan
 NEXT = "Next , what needs those : {names} ."            # each later round's opening
-SHORT = "{name} = {a} {op} {b} = {value} ."              # a one-digit definition, worked in the plan
+SHORT = "{name} = {a} {op} {b} , so {name} is {value} ."  # a one-digit definition, worked in the plan
 NOW = "Now {name} ."                                     # a subtask's instruction: the prompt
 RESTATE = "{head} , column by column from the right :"
 TWO_AT_A_TIME = "{head} , two at a time :"               # a sum of more than two terms
 STEP = "So {expr} = {value} ."                           # one step of a longer sum
-RESULT = "So {name} = {value} ."                         # a subtask's value: what later rounds look up
-DONE = "That is all : {name} = {value} ."
+RESULT = "So {name} is {value} ."                       # a subtask's value: `A is` occurs nowhere else
+LOOKUP = "{name} is {value}"                            # a value read by name: the same words as its result
+DONE = "That is all : {name} is {value} ."
 RECHECK = "Wait , let me check the last step once more : {expr} = {value} , yes ."
 ANSWER = "The answer is \\boxed{{ {value} }} ."
 OPS = ("+", "-", "*")
@@ -135,16 +139,19 @@ def column_lines(a: int, op: str, b: int) -> list[str]:
     return lines
 
 
-def work_lines(name: str, definition: str, node: Node) -> list[str]:
-    """The execution of a subtask: its definition restated with the values it reads (`B = A * D = 1 7 4 * 6`),
-    then a binary step column by column, or a sum of more terms added two at a time, each step on its own;
-    closed by the subtask's value under its name."""
+def work_lines(name: str, definition: str, node: Node, reads: tuple[str, ...] = ()) -> list[str]:
+    """The execution of a subtask: its definition restated, each value it reads by name looked up in the
+    words of its result (`B = A * D , where A is 1 7 4 and D is 6 , so B = 1 7 4 * 6`; `reads`: the names
+    of the operands that are operations, in order), then a binary step column by column, or a sum of more
+    terms added two at a time, each step on its own; closed by the subtask's value under its name."""
     values = [a.value for a in node.args]
     op = node.op or "+"
     head = f"{name} = {definition}"
     if len(values) == 2:
-        if any(a.op is not None for a in node.args):  # the values it reads, looked up by name
-            head += f" = {_padded(values[0], values[1], op)}"
+        looked_up = [a.value for a in node.args if a.op is not None]
+        if looked_up:
+            head += (" , where " + " and ".join(LOOKUP.format(name=n, value=digits(v)) for n, v in zip(reads, looked_up))
+                     + f" , so {name} = {_padded(values[0], values[1], op)}")
         lines = [RESTATE.format(head=head), *column_lines(values[0], op, values[1])]
     else:
         lines, total = [TWO_AT_A_TIME.format(head=head)], values[0]
@@ -171,7 +178,7 @@ class DrawConfig:
     max_width: int = 4       # subtasks in one round
     max_subtasks: int = 7    # subtasks in all
     max_value: int = 9999    # every value, so every number has at most four digits
-    max_chars: int = 2300    # the sequential trace, about 870 tokens
+    max_chars: int = 2600    # the sequential trace, at most about 980 tokens
 
 
 def _multiplier(rng: random.Random) -> Node:
@@ -242,6 +249,8 @@ def valid(node: Node, cfg: DrawConfig) -> bool:
             return False
         if n.op == "-" and n.args[0].value <= n.args[1].value:
             return False
+        if not n.short and len(n.args) == 2 and len(column_lines(n.args[0].value, n.op, n.args[1].value)) < 2:
+            return False  # one column line (`A * 8` with A = 3): an execution packing merges, not a subtask
     return True
 
 
@@ -342,7 +351,7 @@ def make_trace(problem: Problem, recheck: bool = False) -> Trace:
         for n in round_ops:
             lines.append(NOW.format(name=name(n)))
             start = len(lines) + 1
-            lines += work_lines(name(n), problem.definition(n), n)
+            lines += work_lines(name(n), problem.definition(n), n, tuple(name(a) for a in n.args if a.op is not None))
             number[id(n)] = add(f"Work out {name(n)} column by column", [opening, *reads(n)],
                                 prompt=NOW.format(name=name(n)), execution=f"{start}-{len(lines)}")
         previous = list(round_ops)
@@ -440,7 +449,7 @@ def parse_problem(text: str) -> Problem:
 
 
 _PROMPT = re.compile(r"^Now ([A-Z]) \.$")
-_RESULT = re.compile(r"^So ([A-Z]) = ([0-9](?: [0-9])*) \.$", re.M)
+_RESULT = re.compile(r"^So ([A-Z]) is ([0-9](?: [0-9])*) \.$", re.M)
 _HEAD = re.compile(rf"^[A-Z] = .*?((?:{_NUMBER})(?: [+*-] {_NUMBER})+) , (?:column by column from the right|two at a time) :$",
                    re.M)
 
