@@ -150,8 +150,8 @@ def work_lines(name: str, definition: str, node: Node, reads: tuple[str, ...] = 
     if len(values) == 2:
         looked_up = [a.value for a in node.args if a.op is not None]
         if looked_up:
-            head += (" , where " + " and ".join(LOOKUP.format(name=n, value=digits(v)) for n, v in zip(reads, looked_up))
-                     + f" , so {name} = {_padded(values[0], values[1], op)}")
+            lookups = (LOOKUP.format(name=n, value=digits(v)) for n, v in zip(reads, looked_up, strict=True))
+            head += f" , where {' and '.join(lookups)} , so {name} = {_padded(values[0], values[1], op)}"
         lines = [RESTATE.format(head=head), *column_lines(values[0], op, values[1])]
     else:
         lines, total = [TWO_AT_A_TIME.format(head=head)], values[0]
