@@ -21,6 +21,7 @@ from sprint.evaluation.metrics import mean_with_ci
 from sprint.format.tokencount import load_counter
 from sprint.format.trajectory import TrajectoryError, count_tokens, parse
 from sprint.mini.countdown import RECHECK
+from sprint.mini.departure import departures, format_departures
 from sprint.mini.diagnosis import arithmetic, diagnose, format_diagnosis
 from sprint.mini.figures import MINIATURE, arithmetic_sections
 from sprint.mini.grpo import CURVE, grpo_curve
@@ -166,6 +167,9 @@ def print_summary(out: str, task: str = "countdown") -> int:
         steps = arithmetic(run)
         print("  where the answers went:\n" + "\n".join("    " + line for line in format_diagnosis(diagnose(run))))
         print(f"    executors' single steps right: {steps.right} of {steps.steps} ({steps.share:.1%}; chance {steps.chance:.1%})")
+    if task == "arithmetic" and (root / "runs" / "rft" / "records.jsonl").is_file():
+        print("\nRFT: where each output first leaves the trace the generator would write")
+        print("\n".join("  " + line for line in format_departures(departures(root / "runs" / "rft"))))
     if task == "arithmetic":
         sections = arithmetic_sections(root)
         (root / "evaluation" / MINIATURE).write_text("# The miniature's own figures\n\n" + "\n".join(sections) + "\n")

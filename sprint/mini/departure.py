@@ -1,0 +1,102 @@
+"""Where a sequential arithmetic output first departs from the trace the generator would write.
+
+The sequential model (RFT, or the base it starts from) was trained on the generator's traces, which are a
+function of the question, so its output can be read line by line against `make_trace` of its question.
+The first line that differs names the skill that is missing: copying the question (a restated
+definition, the next term of a sum), choosing a round's names, the next prompt, a lookup (a later
+subtask's head, which restates its definition and reads earlier results), or the column work itself.
+That is what tells a user whether more steps, another model shape or another trace format is needed
+(docs/experiments.md, "The arithmetic task").
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from sprint.core.data import iter_jsonl
+from sprint.mini.arithmetic import make_trace, parse_problem
+
+RIGHT = "the generator's trace, line for line"
+UNREAD = "a question the arithmetic generator cannot read"
+KINDS = {  # kind -> what the model got wrong there
+    "round names": "a round's names (which subtasks it can do now)",
+    "prompt": "the next subtask of a round",
+    "lookup head": "a later subtask's definition or the results it reads",
+    "definition": "a definition copied from the question",
+    "one-digit definition": "a one-digit definition worked in the plan",
+    "next term": "the next term of a sum, copied from its definition",
+    "step or result": "a step's or a subtask's value",
+    "column": "a column of the work",
+    "end": "the closing lines",
+}
+
+
+@dataclass(frozen=True)
+class Departure:
+    line: int   # 0-based, in the thought
+    kind: str
+    want: str
+    got: str
+
+
+def kind_of(line: str) -> str:
+    """The kind of a line of the generator's trace."""
+    if line.startswith(("First ,", "Next ,")):
+        return "round names"
+    if line.startswith("Now "):
+        return "prompt"
+    if re.match(r"^[A-Z] = ", line):
+        if " where " in line:
+            return "lookup head"
+        return "one-digit definition" if ", so " in line else "definition"
+    if line.startswith("So "):
+        return "step or result"
+    if "column by column" in line:
+        return "next term"
+    if line[:1].isdigit():
+        return "column"
+    return "end"
+
+
+def thought_lines(generation: str) -> list[str]:
+    """The lines between `<think>` and `</think>` (all of them when a tag is missing)."""
+    text = generation.split("<think>\n", 1)[-1].split("</think>", 1)[0]
+    return text.rstrip("\n").split("\n")
+
+
+def first_departure(question: str, generation: str) -> Departure | None:
+    """The first line where `generation` leaves the generator's trace (with or without its second check,
+    whichever it follows longer); None when it follows one of them to the end."""
+    got = thought_lines(generation)
+    best: Departure | None = None
+    for recheck in (False, True):
+        want = make_trace(parse_problem(question), recheck=recheck).lines
+        i = next((k for k, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
+        if i == len(want) == len(got):
+            return None
+        found = Departure(i, kind_of(want[i]) if i < len(want) else "end", want[i] if i < len(want) else "",
+                          got[i] if i < len(got) else "")
+        if best is None or found.line > best.line:
+            best = found
+    return best
+
+
+def departures(run: Path) -> Counter[str]:
+    """A sequential run's records (`records.jsonl`), counted by where each output first departs."""
+    counts: Counter[str] = Counter()
+    for row in iter_jsonl(run / "records.jsonl"):
+        try:
+            found = first_departure(row["question"], row.get("generation") or "")
+        except ValueError:  # not a question of this task
+            counts[UNREAD] += 1
+            continue
+        counts[found.kind if found else RIGHT] += 1
+    return counts
+
+
+def format_departures(counts: Counter[str]) -> list[str]:
+    total = sum(counts.values())
+    return [f"{n:4d} of {total}  {KINDS.get(kind, kind)}" for kind, n in counts.most_common()]

@@ -1,0 +1,66 @@
+"""Where a sequential arithmetic output first leaves the generator's trace (`sprint.mini.departure`): each
+kind from the generator's own trace with one line broken, read back from a run's records."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from sprint.mini.arithmetic import DrawConfig, draw_problem, make_trace, parse_problem
+from sprint.mini.departure import KINDS, RIGHT, UNREAD, departures, first_departure, format_departures, kind_of
+
+QUESTION = "Work out B .\nA = 6 7 + 1 1 + 6 3 .\nB = A - C .\nC = 2 9 + 3 5 + 1 8 .\nD = 2 + 4 ."
+
+
+def generation(lines: list[str]) -> str:
+    trace = make_trace(parse_problem(QUESTION))
+    return "<think>\n" + "\n".join(lines) + "\n</think>\n\n" + trace.solution
+
+
+def broken(kind: str) -> str:
+    """The generator's trace with the first line of this kind changed."""
+    lines = make_trace(parse_problem(QUESTION)).lines
+    i = next(k for k, line in enumerate(lines) if kind_of(line) == kind)
+    return generation([*lines[:i], lines[i].replace(" . ", " , ", 1) + " x", *lines[i + 1:]])
+
+
+def test_the_generators_trace_with_or_without_its_check_departs_nowhere() -> None:
+    problem = parse_problem(QUESTION)
+    assert first_departure(QUESTION, generation(make_trace(problem).lines)) is None
+    assert first_departure(QUESTION, generation(make_trace(problem, recheck=True).lines)) is None
+
+
+def test_each_kind_of_line_is_named_where_it_first_goes_wrong() -> None:
+    lines = make_trace(parse_problem(QUESTION)).lines
+    kinds = {kind_of(line) for line in lines}
+    assert kinds == {"round names", "one-digit definition", "prompt", "definition", "next term", "column",
+                     "step or result", "lookup head", "end"}
+    for kind in kinds:
+        found = first_departure(QUESTION, broken(kind))
+        assert found is not None and found.kind == kind, kind
+        assert found.want == lines[found.line] and found.got.endswith(" x")
+    stopped = first_departure(QUESTION, generation(lines[:5]))
+    assert stopped is not None and (stopped.line, stopped.got) == (5, "")  # a trace cut short
+    assert stopped.want == lines[5]
+
+
+def test_a_runs_records_are_counted_by_kind(tmp_path: Path) -> None:
+    rows = [{"question": QUESTION, "generation": generation(make_trace(parse_problem(QUESTION)).lines)},
+            {"question": QUESTION, "generation": broken("lookup head")},
+            {"question": QUESTION, "generation": broken("column")},
+            {"question": QUESTION, "generation": None},
+            {"question": "Use 4 3 4 to make 19 .", "generation": "x"}]
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    counts = departures(tmp_path)
+    assert counts == {RIGHT: 1, "lookup head": 1, "column": 1, "round names": 1, UNREAD: 1}
+    assert format_departures(counts)[0].endswith("of 5  the generator's trace, line for line")
+
+
+def test_every_line_of_drawn_traces_has_a_kind() -> None:
+    rng = random.Random(0)
+    for _ in range(50):
+        problem = draw_problem(rng, DrawConfig())
+        trace = make_trace(problem, recheck=True)
+        assert {kind_of(line) for line in trace.lines} <= set(KINDS)
+        assert first_departure(problem.question, generation(trace.lines)) is None
