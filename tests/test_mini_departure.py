@@ -52,9 +52,14 @@ def test_a_runs_records_are_counted_by_kind(tmp_path: Path) -> None:
             {"question": QUESTION, "generation": None},
             {"question": "Use 4 3 4 to make 19 .", "generation": "x"}]
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    counts = departures(tmp_path)
-    assert counts == {RIGHT: 1, "lookup head": 1, "column": 1, "round names": 1, UNREAD: 1}
-    assert format_departures(counts)[0].endswith("of 5  the generator's trace, line for line")
+    seen = departures(tmp_path)
+    assert seen.counts == {RIGHT: 1, "lookup head": 1, "column": 1, "round names": 1, UNREAD: 1}
+    assert set(seen.examples) == {"lookup head", "column", "round names"}
+    lines = format_departures(seen)
+    assert lines[0].endswith("of 5  the generator's trace, line for line")
+    at = lines.index("   1 of 5  " + KINDS["lookup head"])
+    assert lines[at + 1].startswith("          e.g. want: B = A - C , where A is 1 4 1")
+    assert lines[at + 2].endswith(" x")
 
 
 def test_every_line_of_drawn_traces_has_a_kind() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sprint.core.data import iter_jsonl
@@ -84,19 +84,38 @@ def first_departure(question: str, generation: str) -> Departure | None:
     return best
 
 
-def departures(run: Path) -> Counter[str]:
-    """A sequential run's records (`records.jsonl`), counted by where each output first departs."""
-    counts: Counter[str] = Counter()
+@dataclass
+class Departures:
+    """A run's outputs counted by where each first departs, with the first example of each kind."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, Departure] = field(default_factory=dict)
+
+    def add(self, kind: str, found: Departure | None = None) -> None:
+        self.counts[kind] += 1
+        if found is not None:
+            self.examples.setdefault(kind, found)
+
+
+def departures(run: Path) -> Departures:
+    """A sequential run's records (`records.jsonl`), read against the generator's traces."""
+    seen = Departures()
     for row in iter_jsonl(run / "records.jsonl"):
         try:
             found = first_departure(row["question"], row.get("generation") or "")
         except ValueError:  # not a question of this task
-            counts[UNREAD] += 1
+            seen.add(UNREAD)
             continue
-        counts[found.kind if found else RIGHT] += 1
-    return counts
+        seen.add(found.kind if found else RIGHT, found)
+    return seen
 
 
-def format_departures(counts: Counter[str]) -> list[str]:
-    total = sum(counts.values())
-    return [f"{n:4d} of {total}  {KINDS.get(kind, kind)}" for kind, n in counts.most_common()]
+def format_departures(seen: Departures) -> list[str]:
+    total = sum(seen.counts.values())
+    lines = []
+    for kind, n in seen.counts.most_common():
+        lines.append(f"{n:4d} of {total}  {KINDS.get(kind, kind)}")
+        if kind in seen.examples:
+            example = seen.examples[kind]
+            lines += [f"          e.g. want: {example.want}", f"               got:  {example.got}"]
+    return lines
