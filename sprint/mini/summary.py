@@ -167,10 +167,10 @@ def print_summary(out: str, task: str = "countdown") -> int:
         steps = arithmetic(run)
         print("  where the answers went:\n" + "\n".join("    " + line for line in format_diagnosis(diagnose(run))))
         print(f"    executors' single steps right: {steps.right} of {steps.steps} ({steps.share:.1%}; chance {steps.chance:.1%})")
-    if task == "arithmetic" and (root / "runs" / "rft" / "records.jsonl").is_file():
-        print("\nRFT: where each output first leaves the trace the generator would write")
-        print("\n".join("  " + line for line in format_departures(departures(root / "runs" / "rft"))))
     if task == "arithmetic":
+        if (root / "runs" / "rft" / "records.jsonl").is_file():
+            print("\nRFT: where each output first leaves the trace the generator would write")
+            print("\n".join("  " + line for line in format_departures(departures(root / "runs" / "rft"))))
         sections = arithmetic_sections(root)
         (root / "evaluation" / MINIATURE).write_text("# The miniature's own figures\n\n" + "\n".join(sections) + "\n")
         print("\n" + "\n".join(sections))
