@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sprint.core.data import iter_jsonl
-from sprint.mini.arithmetic import make_trace, parse_problem
+from sprint.format.tags import THINK, THINK_END
+from sprint.mini.arithmetic import FIRST, NEXT, NOW, RESTATE, RESULT, STEP, make_trace, parse_problem
 
 RIGHT = "the generator's trace, line for line"
 UNREAD = "a question the arithmetic generator cannot read"
@@ -42,19 +43,24 @@ class Departure:
     got: str
 
 
+def _lead(template: str) -> str:
+    """The fixed words a template's lines start with (`Now ` of `Now {name} .`)."""
+    return template.split("{", 1)[0]
+
+
 def kind_of(line: str) -> str:
-    """The kind of a line of the generator's trace."""
-    if line.startswith(("First ,", "Next ,")):
+    """The kind of a line of the generator's trace, told by the templates that write them."""
+    if line.startswith((_lead(FIRST), _lead(NEXT))):
         return "round names"
-    if line.startswith("Now "):
+    if line.startswith(_lead(NOW)):
         return "prompt"
     if re.match(r"^[A-Z] = ", line):
         if " where " in line:
             return "lookup head"
         return "one-digit definition" if ", so " in line else "definition"
-    if line.startswith("So "):
+    if line.startswith((_lead(STEP), _lead(RESULT))):
         return "step or result"
-    if "column by column" in line:
+    if line.endswith(RESTATE.split("}", 1)[1]):
         return "next term"
     if line[:1].isdigit():
         return "column"
@@ -63,22 +69,22 @@ def kind_of(line: str) -> str:
 
 def thought_lines(generation: str) -> list[str]:
     """The lines between `<think>` and `</think>` (all of them when a tag is missing)."""
-    text = generation.split("<think>\n", 1)[-1].split("</think>", 1)[0]
+    text = generation.split(THINK + "\n", 1)[-1].split(THINK_END, 1)[0]
     return text.rstrip("\n").split("\n")
 
 
 def first_departure(question: str, generation: str) -> Departure | None:
     """The first line where `generation` leaves the generator's trace (with or without its second check,
     whichever it follows longer); None when it follows one of them to the end."""
-    got = thought_lines(generation)
+    problem, got = parse_problem(question), thought_lines(generation)
     best: Departure | None = None
     for recheck in (False, True):
-        want = make_trace(parse_problem(question), recheck=recheck).lines
+        want = make_trace(problem, recheck=recheck).lines
         i = next((k for k, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
         if i == len(want) == len(got):
             return None
-        found = Departure(i, kind_of(want[i]) if i < len(want) else "end", want[i] if i < len(want) else "",
-                          got[i] if i < len(got) else "")
+        wanted, written = (want[i] if i < len(want) else ""), (got[i] if i < len(got) else "")
+        found = Departure(i, kind_of(wanted), wanted, written)
         if best is None or found.line > best.line:
             best = found
     return best
