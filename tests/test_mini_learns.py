@@ -14,7 +14,8 @@ held-out problems, not that commands exit 0:
   the number left), >= 60 % right given the numbers the line wrote, and > 3 x chance (numbers
   written with the same frequencies, blind to the operands). Measured in two runs of the same code: 96.2 %
   against 8.5 %, and 85.3 % against 7.9 % (the packed rows' order, so each seeded batch, follows the order
-  in which stages 1-2's concurrent answers came back).
+  in which stages 1-2's concurrent answers came back); with the recipe's bf16 autocast, 87.0 % against 7.6 %
+  (accuracy 2 %).
 
 Task accuracy is printed, not asserted, and why: in the minutes CI allows, the model learns the
 format, the parallel plan and nearly every single step, but a whole search only now and then, and
