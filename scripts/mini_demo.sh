@@ -45,7 +45,8 @@ HIGH="${HIGH:-6}"                        # countdown: numbers 1..HIGH (sprint mi
 THRESHOLD="${THRESHOLD:-$([[ "$TASK" == arithmetic ]] && echo 0 || echo 1.5)}"
 N_TEST="${N_TEST:-200}"                  # held-out problems (Table 2 over >= 200)
 N_TRAIN="${N_TRAIN:-0}"                  # training traces (0: the task's default, sprint mini-data --n-train)
-BASE_STEPS="${BASE_STEPS:-800}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill); 0: none
+BASE_STEPS="${BASE_STEPS:-500}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill); 0: none;
+                                         # 800 and 500 both left SPRINT within 2 points of RFT (docs/experiments.md, "Budget")
 MAX_STEPS="${MAX_STEPS:-1000}"           # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps);
                                          # 750 left SPRINT 6 points behind RFT, 1000 2 points (docs/experiments.md, "Budget")
 FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
