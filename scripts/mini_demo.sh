@@ -253,7 +253,7 @@ for schedule in $SCHEDULES; do
 done
 if (( BEYOND > 0 )); then  # generalisation (arithmetic): reported by mini-summary, not in Table 2
   dir="$OUT/runs/sprint-beyond"
-  if [[ "$REUSE" != 1 || ! -f "$dir/records.jsonl" ]]; then
+  if [[ ! -f "$dir/records.jsonl" ]]; then  # OUT/runs is made afresh unless REUSE=1
     serve sprint
     rm -rf "$dir"
     env "${COMMON[@]}" "${ORCH[@]}" PLANNER_MODEL=sprint PLANNER_TEMP=0 EXECUTOR_TEMP=0 SCHEDULE=stream \
@@ -280,7 +280,7 @@ if (( GRPO_STEPS > 0 )); then
   for name in grpo sprint; do  # grpo first: it is the model being served
     for seed in $SAMPLE_SEEDS; do
       dir="$OUT/runs/sampled/$name-seed$seed"
-      if [[ "$REUSE" == 1 && -f "$dir/records.jsonl" ]]; then echo "reusing $dir"; continue; fi
+      if [[ -f "$dir/records.jsonl" ]]; then echo "reusing $dir"; continue; fi  # only with REUSE=1 (OUT/runs)
       [[ "$SERVED" == "$name" ]] || { stop_server; serve "$name"; }
       rm -rf "$dir"
       env "${COMMON[@]}" "${ORCH[@]}" MAX_PROBLEM_WORKERS=8 SEED="$seed" TEST_DATA="$OUT/data/test.jsonl" \
