@@ -16,7 +16,7 @@
 #   5. vLLM (CPU) serves each; `baseline` for RFT, `orchestrate` (barrier and stream) for SPRINT, on
 #      the held-out problems, each after a thrown-away warm-up run: the first TIMED one at a time on a quiet
 #      machine (latency, the seconds column), the rest PROBLEM_WORKERS at a time (answers and tokens; RFT's
-#      while SPRINT's fine-tune finishes on the other core);
+#      while SPRINT's fine-tune finishes on the other core, SPRINT's two schedules' at once);
 #   5'. with GRPO_STEPS > 0 (make demo-grpo): latency-aware GRPO from the SPRINT model (`sprint grpo --cpu`),
 #      the GRPO model measured like the others, and both models sampled as GRPO samples (the policy it trains);
 #   6. `evaluate`: Table 2 (accuracy, sequential and total tokens, seconds per problem, with CIs), Figure 6 by
@@ -244,11 +244,21 @@ if [[ "$RFT" == 1 ]]; then
   stop_server
   baseline=(--baseline "$OUT/runs/rft=RFT")
 fi
-step "5c. SPRINT on vLLM: orchestrate ($SCHEDULES); $TIMED problems timed one at a time, then $PROBLEM_WORKERS in flight"
+step "5c. SPRINT on vLLM: orchestrate ($SCHEDULES); the untimed problems of every schedule at once ($PROBLEM_WORKERS in flight" \
+  "each), then $TIMED timed one at a time"
+SPRINT_RUN=("${ORCH[@]}" PLANNER_MODEL=sprint PLANNER_TEMP=0 EXECUTOR_TEMP=0)
+# one server answers both schedules' untimed problems together: its batches are fuller, and answers and tokens
+# do not depend on what else it is doing (docs/experiments.md, "Time")
+for schedule in $SCHEDULES; do complete "$OUT/runs/sprint-$schedule" || { serve sprint; break; }; done
+untimed_pids=()
+for schedule in $SCHEDULES; do
+  untimed sprint run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" "${SPRINT_RUN[@]}" SCHEDULE="$schedule" &
+  untimed_pids+=($!); pids+=($!)
+done
+for p in "${untimed_pids[@]}"; do wait "$p" || { echo "an untimed SPRINT run failed" >&2; exit 1; }; forget "$p"; done
 runs=()
 for schedule in $SCHEDULES; do
-  measured sprint run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" "${ORCH[@]}" PLANNER_MODEL=sprint \
-    PLANNER_TEMP=0 EXECUTOR_TEMP=0 SCHEDULE="$schedule"
+  measured sprint run_agent_orchestration.sh "$OUT/runs/sprint-$schedule" "${SPRINT_RUN[@]}" SCHEDULE="$schedule"
   runs+=("$OUT/runs/sprint-$schedule=SPRINT $schedule")
 done
 if (( BEYOND > 0 )); then  # generalisation (arithmetic): reported by mini-summary, not in Table 2

@@ -192,6 +192,26 @@ def test_the_mini_recipe_reads_its_own_order_of_sorted_batches(tmp_path: Path):
         build_command(options(**{**mini, "config": str(no_steps), "max_steps": None}))
 
 
+def test_float32_attention_loads_the_plugin_that_registers_it(tmp_path: Path):
+    """float32_attention (finetune_mini.yaml): ms-swift gets the plugin's path and the attention's name; the
+    paper's recipe keeps ms-swift's own attention; a recipe may not also name one."""
+    f = flags(build_command(options(config=str(config_path("mini")), val_data=None, nproc_per_node=1, max_steps=3)))
+    plugin = REPO_ROOT / "sprint" / "training" / "attention.py"
+    assert f["attn_impl"] == ["sdpa_fp32"] and f["external_plugins"] == [str(plugin)] and plugin.is_file()
+    assert "attn_impl" not in flags(build_command(options())) and "external_plugins" not in flags(build_command(options()))
+    both = tmp_path / "both.yaml"
+    recipe = yaml.safe_load(config_path("mini").read_text())
+    recipe["swift"]["attn_impl"] = "eager"
+    both.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(UserError, match="remove attn_impl"):
+        build_command(options(config=str(both), val_data=None, nproc_per_node=1, max_steps=3))
+    recipe["swift"].pop("attn_impl")
+    recipe["float32_attention"] = "yes"
+    both.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(UserError, match="float32_attention must be true or false"):
+        build_command(options(config=str(both), val_data=None, nproc_per_node=1, max_steps=3))
+
+
 def test_to_argv_follows_ms_swift_yaml_rules():
     argv = to_argv({"a": True, "b": False, "c": [1, "x"], "d": {"k": 1}, "e": 0.5})
     assert argv == ["--a", "true", "--b", "false", "--c", "1", "x", "--d", '{"k": 1}', "--e", "0.5"]
@@ -421,6 +441,41 @@ def test_sorted_micro_batches_take_the_step_of_the_whole_batch(swift_bin: Path, 
     assert len(losses[1]) == 3 and all(math.isfinite(x) for x in losses[1])
     assert losses[1] == pytest.approx(losses[4], rel=1e-4)
     assert losses[1][0] != pytest.approx(losses[1][2], rel=1e-3)  # the weights moved between the steps
+
+
+PLUGIN_CHECK = """
+import sys, torch, transformers
+from importlib.util import module_from_spec, spec_from_file_location
+spec = spec_from_file_location("attention", sys.argv[1]); attention = module_from_spec(spec); spec.loader.exec_module(attention)
+assert attention.NAME == sys.argv[2]
+config = transformers.Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+torch.manual_seed(0)
+stock = transformers.Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa").eval()
+ours = transformers.Qwen2ForCausalLM._from_config(config, attn_implementation=attention.NAME).eval()
+ours.load_state_dict(stock.state_dict())
+ids = torch.randint(0, 64, (2, 12)); mask = torch.ones_like(ids); mask[1, -3:] = 0  # right padding, as ms-swift pads
+with torch.no_grad():
+    gap = (ours(input_ids=ids, attention_mask=mask).logits - stock(input_ids=ids, attention_mask=mask).logits).abs().max()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q = torch.randn(1, 2, 5, 16, dtype=torch.bfloat16)
+        out, _ = attention.sdpa_fp32_attention(ours.model.layers[0].self_attn, q, q, q, None, dropout=0.0, scaling=0.25,
+                                               is_causal=True)
+print(float(gap), out.dtype)
+"""
+
+
+@pytest.mark.swift
+def test_float32_attention_matches_the_stock_kernel(swift_bin: Path):
+    """In ms-swift's environment the plugin registers the name `sprint finetune` passes, gives the stock
+    SDPA's logits in float32 (right-padded rows too), and hands bf16 back under bf16 autocast."""
+    from sprint.training.finetune import ATTENTION_NAME, ATTENTION_PLUGIN
+
+    done = subprocess.run([str(swift_python(swift_bin)), "-c", PLUGIN_CHECK, str(ATTENTION_PLUGIN), ATTENTION_NAME],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    gap, dtype = done.stdout.split()
+    assert float(gap) < 1e-5 and dtype == "torch.bfloat16"
 
 
 def test_a_second_training_into_one_folder_clears_the_old_checkpoint_links(tmp_path: Path) -> None:

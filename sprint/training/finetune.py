@@ -37,6 +37,11 @@ from sprint.training.sft_check import check_sft
 TUNERS = ("full", "lora")
 DEFAULT_MODEL = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
 
+# `float32_attention: true` in a recipe: ms-swift loads this plugin, which registers this attention (read by
+# path, not imported here: it imports transformers, which this environment need not have)
+ATTENTION_PLUGIN = Path(__file__).with_name("attention.py")
+ATTENTION_NAME = "sdpa_fp32"
+
 # Keys sprint fills in itself; a recipe that sets them would be silently overridden.
 MANAGED_KEYS = ("model", "dataset", "val_dataset", "output_dir", "gradient_accumulation_steps")
 
@@ -65,6 +70,7 @@ class Recipe:
     global_batch_size: int = 16
     path: str = ""
     sorted_micro_batches: bool = False
+    float32_attention: bool = False  # attention in float32 under bf16 autocast (sprint/training/attention.py)
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -81,10 +87,13 @@ def load_recipe(path: str | Path) -> Recipe:
     batch = data.get("global_batch_size", 16)
     if not isinstance(batch, int) or batch < 1:
         raise UserError(f"{path}: global_batch_size must be a positive integer, got {batch!r}")
-    sort = data.get("sorted_micro_batches", False)
-    if not isinstance(sort, bool):
-        raise UserError(f"{path}: sorted_micro_batches must be true or false, got {sort!r}")
-    return Recipe(dict(args), batch, str(path), sort)
+    flags = {key: data.get(key, False) for key in ("sorted_micro_batches", "float32_attention")}
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise UserError(f"{path}: {key} must be true or false, got {value!r}")
+    if flags["float32_attention"] and "attn_impl" in args:
+        raise UserError(f"{path}: float32_attention picks the attention (attn_impl {ATTENTION_NAME}); remove attn_impl")
+    return Recipe(dict(args), batch, str(path), **flags)
 
 
 def _optional(kind: type):
@@ -223,6 +232,10 @@ def resolve_swift_args(options: FinetuneOptions, recipe: Recipe) -> dict[str, An
     gpus = options.nproc_per_node * options.nnodes
     args["gradient_accumulation_steps"] = max(1, math.ceil(recipe.global_batch_size / (gpus * per_device)))
     args["output_dir"] = options.output_dir
+    if recipe.float32_attention:
+        # ms-swift imports the plugin by path before it builds the model; it registers the attention by name
+        args["attn_impl"] = ATTENTION_NAME
+        args["external_plugins"] = [*args.get("external_plugins", []), str(ATTENTION_PLUGIN)]
     if recipe.sorted_micro_batches:
         if gpus > 1:
             raise UserError(f"{recipe.path}: sorted_micro_batches is for one process; unset it for NPROC_PER_NODE/NNODES > 1")
