@@ -17,10 +17,8 @@ from pathlib import Path
 
 from safetensors.numpy import load_file
 
-BYTES = ("data/train_traces.jsonl", "data/test.jsonl", "data/teacher.jsonl", "data/corpus.jsonl",
-         "sft/train.jsonl", "sft/test.jsonl", "sft/sequential_train.jsonl", "sft/sequential_test.jsonl",
-         "sft/records.jsonl", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json",
-         "init/model.safetensors", "init/config.json")
+from sprint.mini.artefacts import DATA_HALF
+
 AS_SETS = ("components/records.jsonl", "dag/records.jsonl")  # completion order; volatile keys dropped
 VOLATILE = ("start", "end", "calls", "elapsed", "usage")
 MODELS = ("base", "sprint", "rft", "grpo")
@@ -47,7 +45,7 @@ def table_columns(folder: Path) -> dict[str, dict]:
 
 
 def compare(a: Path, b: Path) -> list[tuple[str, bool, str]]:
-    results = [(name, (a / name).read_bytes() == (b / name).read_bytes(), "bytes") for name in BYTES]
+    results = [(name, (a / name).read_bytes() == (b / name).read_bytes(), "bytes") for name in DATA_HALF]
     results += [(name, stable_lines(a / name) == stable_lines(b / name), "set of records") for name in AS_SETS]
     for model in MODELS:
         name = f"{model}-model/model.safetensors"

@@ -173,6 +173,11 @@ step "packaged recipes: finetune and grpo dry runs"
 SWIFT_BIN=/opt/ms-swift/bin/swift "$SPRINT" finetune --train pack/train.jsonl --val pack/test.jsonl \
   --output-dir ft --dry-run > finetune.log 2>&1 || { cat finetune.log; fail "sprint finetune --dry-run"; }
 grep -q -- "--learning_rate" finetune.log || { cat finetune.log; fail "the finetune command carries no recipe"; }
+MINI=$("$VENV/bin/python" -c "from sprint.core.resources import config_file; print(config_file('finetune_mini.yaml'))")
+SWIFT_BIN=/opt/ms-swift/bin/swift "$SPRINT" finetune --train pack/train.jsonl --val "" --output-dir ft-mini --config "$MINI" \
+  --nproc-per-node 1 --max-steps 3 --dry-run > finetune-mini.log 2>&1 || { cat finetune-mini.log; fail "sprint finetune --dry-run (mini)"; }
+PLUGIN=$(grep -o -- "--external_plugins [^ ]*" finetune-mini.log | cut -d' ' -f2)
+[[ "$PLUGIN" == "$VENV"/* && -f "$PLUGIN" ]] || { cat finetune-mini.log; fail "mini recipe: not the installed attention plugin"; }
 RL_VENV=/opt/rl "$SPRINT" grpo --data traces.jsonl --task math --dry-run > grpo.log 2>&1 ||
   { cat grpo.log; fail "sprint grpo --dry-run"; }
 grep -q "/opt/rl/bin/swift rlhf" grpo.log && grep -q -- "--external_plugins $VENV/" grpo.log ||

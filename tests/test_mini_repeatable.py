@@ -23,6 +23,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from sprint.core.data import iter_jsonl
+from sprint.mini.artefacts import DATA_HALF
 from sprint.training.finetune import default_swift_bin, swift_python
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,11 +33,6 @@ N_TRAIN, N_TEST = 500, 50
 JITTER = "0.05"  # seconds; 8 workers over 500 traces: stage 1 takes about 2 s, so a kill can land inside it
 KILL_AFTER = 100  # stage-1 records written before the third run is killed
 STEPS = 4  # swift sft steps from the init for the weights' comparison
-# what the data half writes that later steps read; manifests and summaries hold times and paths
-COMPARED = ("data/train_traces.jsonl", "data/test.jsonl", "data/teacher.jsonl", "data/corpus.jsonl",
-            "sft/train.jsonl", "sft/test.jsonl", "sft/sequential_train.jsonl", "sft/sequential_test.jsonl",
-            "sft/records.jsonl", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json",
-            "init/model.safetensors", "init/config.json")
 
 
 def demo_env(out: Path, **extra: str) -> dict[str, str]:
@@ -103,7 +99,7 @@ def test_the_data_half_is_byte_identical_whatever_order_the_teacher_answers_in(t
     assert len({tuple(o) for o in orders}) > 1
     for run in three_runs:  # one record per trace, the resumed run included
         assert sorted(completion_order(run, "components")) == sorted(completion_order(a, "components"))
-    for name in COMPARED:
+    for name in DATA_HALF:
         first = (a / name).read_bytes()
         assert first, name
         for other in (b, c):
