@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
+from sprint.mini.artefacts import DATA_HALF
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "compare_demo_runs.py"
-BYTES = ("data/train_traces.jsonl", "data/test.jsonl", "data/teacher.jsonl", "data/corpus.jsonl",
-         "sft/train.jsonl", "sft/test.jsonl", "sft/sequential_train.jsonl", "sft/sequential_test.jsonl",
-         "sft/records.jsonl", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json", "init/config.json")
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -23,7 +22,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def demo_folder(root: Path, stage_order: list[int], clock: float = 0.0) -> Path:
-    for name in BYTES:
+    for name in DATA_HALF:  # init/model.safetensors is written again below, as weights
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(f"{name}\n", encoding="utf-8")
     weights = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
