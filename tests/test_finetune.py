@@ -26,6 +26,7 @@ from sprint.training.finetune import (
     check_swift_args,
     clear_checkpoint_links,
     config_path,
+    cpu_has_bf16,
     default_swift_bin,
     load_recipe,
     parse_with_swift,
@@ -210,6 +211,22 @@ def test_float32_attention_loads_the_plugin_that_registers_it(tmp_path: Path):
     both.write_text(yaml.safe_dump(recipe))
     with pytest.raises(UserError, match="float32_attention must be true or false"):
         build_command(options(config=str(both), val_data=None, nproc_per_node=1, max_steps=3))
+
+
+def test_cpu_bf16_autocast_only_where_the_cpu_has_bf16_instructions(tmp_path: Path, monkeypatch):
+    """The mini recipe asks for bf16 autocast on the CPU; a CPU without AVX-512 BF16 or AMX emulates bf16 products
+    hundreds of times slower than float32, so the run trains in float32 there. GPU recipes are untouched."""
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor : 0\nflags : fpu sse avx avx2 fma\n")
+    assert not cpu_has_bf16(info) and not cpu_has_bf16(tmp_path / "missing")
+    info.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_bf16\n")
+    assert cpu_has_bf16(info)
+    mini = options(config=str(config_path("mini")), val_data=None, nproc_per_node=1, max_steps=3)
+    monkeypatch.setattr("sprint.training.finetune.cpu_has_bf16", lambda: False)
+    assert flags(build_command(mini))["bf16"] == ["false"]
+    assert flags(build_command(options())).get("bf16", ["true"]) == ["true"]  # the paper's recipe: GPUs, no use_cpu
+    monkeypatch.setattr("sprint.training.finetune.cpu_has_bf16", lambda: True)
+    assert flags(build_command(mini))["bf16"] == ["true"]
 
 
 def test_to_argv_follows_ms_swift_yaml_rules():
