@@ -2,8 +2,8 @@
 # The paper's experiment in miniature, on one CPU (`make demo`; README "The experiment in miniature").
 #
 #   0. problems and R1-style traces (`sprint mini-data --task TASK`: Countdown's planned searches, or arithmetic
-#      named sums and products whose dependencies form a different DAG each time, worked column by
-#      column), held-out problems;
+#      digit equations whose dependencies form a different DAG each time, each solved by trying every
+#      digit), held-out problems;
 #   1-2. component separation and DAG creation over the OpenAI protocol, answered by a deterministic
 #        stand-in for GPT-4o (`sprint teacher-server`: the generator's own components and DAG) —
 #        or by a real model when SERVER_URL and MODEL are set;
@@ -33,7 +33,7 @@ cd "$(dirname "$0")/.."
 OUT="${DEMO_DIR:-outputs/mini}"
 PY="${PYTHON:-.venv/bin/python}"
 SPRINT_BIN="${SPRINT_BIN:-.venv/bin/sprint}"
-TASK="${TASK:-countdown}"                # arithmetic: named steps whose dependencies form a different DAG each time;
+TASK="${TASK:-countdown}"                # arithmetic: digit equations whose dependencies form a different DAG each time;
                                          # countdown: three numbers and a target (sprint mini-data --task)
 MAX_ROUNDS="${MAX_ROUNDS:-3}"            # arithmetic: most rounds of subtasks; MAX_WIDTH: most subtasks in one round
 MAX_WIDTH="${MAX_WIDTH:-4}"
@@ -112,11 +112,12 @@ step "4a. the project's own tokenizer and one random-init model"
 # --extra-text: the packed rows' file as plain text, so the plans' wording is learned (with some JSON pieces that
 # never occur in a row); learning from the rows' text instead was measured once: docs/experiments.md "Tokenizer corpus"
 NAMES=(); if [[ "$TASK" == arithmetic ]]; then NAMES=(--execution-names); fi  # its plans cite several results at once
-# numbers 0..N are one token each: no Countdown problem writes one above HIGH^3 (three numbers multiplied), and the
-# default N=999 would add some 780 tokens that no trace holds, whose share of the output layer costs 8 % of a step
-NUMBERS=(); if [[ "$TASK" == countdown ]]; then NUMBERS=(--max-number $(( HIGH ** 3 ))); fi
+# numbers 0..N are one token each: no Countdown problem writes one above HIGH^3 (three numbers multiplied), the
+# arithmetic task none above 9, and the default N=999 would add hundreds of tokens that no trace holds, whose share
+# of the output layer costs 8 % of a step
+MAX_NUMBER=$([[ "$TASK" == arithmetic ]] && echo 9 || echo $(( HIGH ** 3 )))
 "$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl" \
-  "${NAMES[@]}" "${NUMBERS[@]}"
+  "${NAMES[@]}" --max-number "$MAX_NUMBER"
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" \
   --num-heads "$HEADS" --num-kv-heads "$HEADS" --seed 0
 if [[ "$UNTIL" == data ]]; then step "stopped after the data half (UNTIL=data)"; exit 0; fi

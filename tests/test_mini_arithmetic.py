@@ -15,8 +15,8 @@ import pytest
 from sprint.core.data import iter_jsonl
 from sprint.curation.trace_lines import split_lines
 from sprint.format.trajectory import parse
-from sprint.mini.arithmetic import (DrawConfig, Node, Shape, column_lines, combine, draw_problem, make_trace,
-                                    parse_problem, read_prompt, read_result, read_step, subtasks, work_lines)
+from sprint.mini.arithmetic import (DrawConfig, Shape, Step, add_up, apply, draw_problem, make_trace, parse_problem,
+                                    read_prompt, read_result, read_step, subtasks, work_lines)
 from sprint.mini.fidelity import plan_figures, read_plan, read_run
 from sprint.mini.figures import arithmetic_sections
 from sprint.mini.generate import write_mini_data
@@ -39,76 +39,59 @@ def test_same_options_same_bytes(data: Path, tmp_path: Path) -> None:
         assert (tmp_path / name).read_bytes() == (data / name).read_bytes(), name
 
 
-def test_columns_carry_and_borrow() -> None:
-    assert column_lines(457, "+", 86) == ["7 + 6 + 0 = 1 3 .", "5 + 8 + 1 = 1 4 .", "4 + 0 + 1 = 5 ."]
-    assert column_lines(503, "-", 498) == ["1 3 - 8 - 0 = 5 .", "1 0 - 9 - 1 = 0 .", "5 - 4 - 1 = 0 ."]
-    assert column_lines(457, "*", 7) == ["7 * 7 + 0 = 4 9 .", "5 * 7 + 4 = 3 9 .", "4 * 7 + 3 = 3 1 ."]
-    three = work_lines("A", "5 7 + 8 7 + 7 0", combine("+", (Node(57), Node(87), Node(70))))
-    assert three[0] == "A = 5 7 + 8 7 + 7 0 , two at a time :" and three[-1] == "So A is 2 1 4 ."
-    assert "1 4 4 + 0 7 0 , column by column from the right :" in three  # the running total, then the next term
-    assert "So 1 4 4 + 7 0 = 2 1 4 ." in three
-    later = work_lines("B", "A - 8 6", combine("-", (Node(214, "+", (Node(57), Node(157))), Node(86))), ("A",))
-    assert later[0] == "B = A - 8 6 , where A is 2 1 4 , so B = 2 1 4 - 0 8 6 , column by column from the right :"
-    assert later[-1] == "So B is 1 2 8 ."
+def test_a_search_tries_every_digit() -> None:
+    problem = parse_problem(_question("Find B , keeping only last digits .", "A + 7 = 3 .", "B * 3 = A + A ."))
+    a, b = problem.order
+    assert (a.value, b.value) == (6, 4) and b.target == 2
+    lines = work_lines(problem, a)
+    assert lines[0] == "A + 7 = 3 , try each digit :" and len(lines) == 11
+    assert lines[1] == "1 + 7 = 8 , no ." and lines[6] == "6 + 7 = 3 , yes ." and lines[-1] == "So A is 6 ."
+    later = work_lines(problem, b)
+    assert later[0] == "B * 3 = A + A , where A is 6 and A is 6 , so B * 3 = 6 + 6 = 2 , try each digit :"
+    assert later[4] == "4 * 3 = 2 , yes ." and later[-1] == "So B is 4 ."
+    assert add_up([6, 2, 3]) == "6 + 2 + 3 = 8 + 3 = 1" and add_up([5]) == "5"
 
 
-def _value(expr: str) -> int:
-    terms = expr.split(" ")
-    numbers, ops, current = [], [], []
-    for t in terms:
-        if t in "+-*":
-            numbers.append(int("".join(current)))
-            ops.append(t)
-            current = []
-        else:
-            current.append(t)
-    numbers.append(int("".join(current)))
-    total = numbers[0]
-    for op, y in zip(ops, numbers[1:]):
-        total = total + y if op == "+" else total - y if op == "-" else total * y
-    return total
-
-
-def test_every_drawn_step_is_right() -> None:
-    """Each column line's arithmetic, each step and each named result, for many drawn problems."""
+def test_every_drawn_line_is_right() -> None:
+    """Each try's sum or product and verdict, each looked-up digit and each named result, for many drawn problems."""
     rng = random.Random(7)
     for _ in range(200):
         problem = draw_problem(rng, DrawConfig())
         values = {problem.name(n): n.value for n in problem.order}
+        head = None
         for line in make_trace(problem).lines:
-            if re.fullmatch(r"(So|That is all :) [A-Z] is [0-9 ]+ \.", line):
-                name, value = line.removeprefix("That is all : ").removeprefix("So ")[:-2].split(" is ")
-                assert values[name] == int(value.replace(" ", "")), line
-            elif line.startswith("So "):
-                left, value = line[3:-2].split(" = ")
-                assert _value(left) == int(value.replace(" ", "")), line
-            elif line[0].isdigit() and line.endswith(" .") and " = " in line:
-                left, value = line[:-2].split(" = ")
-                terms = left.split(" ")
-                x = int("".join(terms[:2]) if terms[1].isdigit() else terms[0])
-                rest = terms[2:] if terms[1].isdigit() else terms[1:]
-                total = x
-                for op, y in zip(rest[::2], rest[1::2]):
-                    total = total + int(y) if op == "+" else total - int(y) if op == "-" else total * int(y)
-                assert total == int(value.replace(" ", "")), line
+            if match := re.fullmatch(r"So ([A-Z]) is ([0-9]) \.", line):
+                assert values[match[1]] == int(match[2]), line
+            elif match := re.fullmatch(r"([0-9]) ([+*]) ([0-9]) = ([0-9]) , (yes|no) \.", line):
+                x, op, k, v = int(match[1]), match[2], int(match[3]), int(match[4])
+                assert v == apply(x, op, k) and head is not None, line
+                assert (match[5] == "yes") == (v == head.target), line
+            elif line.endswith(", try each digit :"):
+                step = read_step(line)
+                assert step is not None and step.sum_right, line
+                assert all(values[n] == v for n, v in step.reads.items()), line
+                head = next(n for n in problem.order if line.startswith(problem.equation(n) + " ,"))
+                assert step.target == head.target, line
+        assert sum(values[problem.name(n)] for n in problem.goal) % 10 == problem.value
 
 
-def _question(*definitions: str) -> str:
-    return "\n".join(definitions)
+def _question(*lines: str) -> str:
+    return "\n".join(lines)
 
 
-def test_the_definitions_are_the_dag() -> None:
-    """Independent subtasks share a round, a chain has one per round, and a one-digit definition is no subtask."""
-    wide = parse_problem(_question("Work out G .", "A = 1 2 + 3 4 .", "B = 5 6 + 7 8 .", "C = A + B .", "D = 1 1 + 2 2 .",
-                                   "E = 3 3 + 4 4 .", "F = D + E .", "G = C - F ."))
-    assert Shape.of(wide).widths == (4, 2, 1) and subtasks(wide) == [["A", "B", "D", "E"], ["C", "F"], ["G"]]
-    chain = parse_problem(_question("Work out B .", "A = C * 3 .", "B = A - 1 5 .", "C = 1 2 + 3 4 ."))
-    assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["C"], ["A"], ["B"]]
-    small = parse_problem(_question("Work out A .", "A = B * C .", "B = 6 9 + 6 7 .", "C = 2 + 5 ."))
-    assert Shape.of(small).widths == (1, 1) and small.root.value == 136 * 7
-    trace = make_trace(small)
-    assert trace.lines[:3] == ["First , what needs only numbers : B .", "C = 2 + 5 , so C is 7 .", "Now B ."]
-    assert "A = B * C , where B is 1 3 6 and C is 7 , so A = 1 3 6 * 7 , column by column from the right :" in trace.lines
+def test_the_equations_are_the_dag() -> None:
+    """Independent subtasks share a round, a chain has one per round, and the question asks for the sinks."""
+    wide = parse_problem(_question("Find C + D , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + 2 = A .",
+                                   "D * 7 = A + B ."))
+    assert Shape.of(wide).widths == (2, 2) and subtasks(wide) == [["A", "B"], ["C", "D"]]
+    assert [n.value for n in wide.order] == [4, 2, 2, 8] and wide.value == 0
+    chain = parse_problem(_question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = A .", "C + 2 = B ."))
+    assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["A"], ["B"], ["C"]]
+    trace = make_trace(wide)
+    assert trace.lines[:2] == ["First A , B .", "Now A ."]
+    assert "Then C , D ." in trace.lines and trace.lines[-1] == "That is all : C + D = 2 + 8 = 0 ."
+    assert trace.solution == "The answer is \\boxed{ 0 } ."
+    assert trace.dag[str(len(trace.components))] == sorted([4, 5, 6])  # the sum reads C and D and its round's opening
 
 
 def test_question_and_prompts_read_back() -> None:
@@ -116,14 +99,20 @@ def test_question_and_prompts_read_back() -> None:
     for _ in range(200):
         problem = draw_problem(rng, DrawConfig())
         again = parse_problem(problem.question)
-        assert again.question == problem.question and again.root == problem.root
-    assert read_prompt("Now B .") == "B" and read_prompt("Now 2 1 4 .") is None and read_prompt("hello") is None
-    assert read_result("x\nSo 2 1 4 + 1 8 7 = 4 0 1 .\nSo B is 4 0 1 .") == ("B", 401)
-    assert read_result("So 2 1 4 + 1 8 7 = 4 0 1 .") is None
-    assert read_step("B = A - 8 6 , where A is 2 1 4 , so B = 2 1 4 - 0 8 6 , column by column from the right :\n4 - 6") == ("-", (214, 86))
-    assert read_step("A = 5 7 + 8 7 + 7 0 , two at a time :") == ("+", (57, 87, 70))
-    assert read_step("5 7 + 8 7 , column by column from the right :") is None
-    for bad in ("Work out A .\nA = 1 2 + 3 4 - 5 6 .", "Work out B .\nA = 1 2 + 3 4 .", "Work out A .\nA = A + 1 2 .",
+        assert again.question == problem.question and again.value == problem.value
+        assert [n.value for n in again.order] == [n.value for n in problem.order]
+    assert read_prompt("Now B .") == "B" and read_prompt("Now 2 .") is None and read_prompt("hello") is None
+    assert read_result("x\nSo A is 3 .\nSo B is 4 .") == ("B", 4) and read_result("So 2 + 3 = 5 .") is None
+    step = read_step("D * 7 = A + B , where A is 4 and B is 2 , so D * 7 = 4 + 2 = 6 , try each digit :\n1 * 7")
+    assert step == Step("*", 7, {"A": 4, "B": 2}, 6, True)
+    assert read_step("A + 1 = 5 , try each digit :") == Step("+", 1, {}, 5, True)
+    slip = read_step("D * 7 = A + B , where A is 4 and B is 2 , so D * 7 = 4 + 2 = 7 , try each digit :")
+    assert slip is not None and not slip.sum_right
+    assert read_step("1 + 1 = 2 , no .") is None
+    for bad in ("Find A , keeping only last digits .\nA + 1 = B .\nB + 1 = 2 .",   # read before it is defined
+                "Find B , keeping only last digits .\nA + 1 = 5 .",              # asks for an unknown it lacks
+                "Find A , keeping only last digits .\nA * 5 = 5 .",              # several digits solve it
+                "Find A , keeping only last digits .\nB + 1 = 5 .",              # not named in order
                 "1 2 + 3 4"):
         with pytest.raises(ValueError):
             parse_problem(bad)
@@ -156,14 +145,14 @@ def test_grading_reads_spaced_digits() -> None:
 
 def test_a_share_of_traces_check_the_last_step_twice(data: Path) -> None:
     thoughts = [row["thought"] for row in iter_jsonl(data / "train_traces.jsonl")]
-    twice = sum("let me check the last step once more" in t for t in thoughts)
+    twice = sum("once more :" in t for t in thoughts)
     assert 0.15 < twice / len(thoughts) < 0.35
 
 
 def test_stages_1_to_3_over_the_teacher_pack_the_ideal_plans(data: Path, tmp_path: Path) -> None:
     """The real stages against the real teacher server: every packed trajectory has exactly its problem's ideal
-    packing (fidelity 1), every later prompt copies an earlier result, and the packing rules all occur:
-    later phases with prompts, `Based on` lines, one-digit operations merged into their plan."""
+    packing (fidelity 1), every later execution copies the results it reads, and the packing rules all occur:
+    later phases with prompts, `Based on` lines."""
     _, records = teacher_stages(data, 80, tmp_path, "--parallelization-threshold", "0")
     assert len(records) == 80 and all(r["status"] == "ok" for r in records)
     figures = plan_figures(read_run(tmp_path / "p"))
@@ -171,25 +160,22 @@ def test_stages_1_to_3_over_the_teacher_pack_the_ideal_plans(data: Path, tmp_pat
     texts = [r["trajectory"] for r in records]
     assert any("Based on execution_2." in t for t in texts)
     assert any(len(parse(t).phases) > 2 and parse(t).phases[1].prompts for t in texts)
-    one_digit = re.compile(r"^([A-Z]) = [0-9] [+*-] [0-9] , so \1 is [0-9] \.$", re.M)
-    merged = [t for t in texts if any(one_digit.search(ph.plan) for ph in parse(t).phases)]
-    assert merged  # a one-digit definition's line (`D = 3 + 4 , so D is 7 .`) inside a plan
 
 
-def test_fidelity_tells_a_wrong_plan_from_a_wrong_sum() -> None:
-    question = _question("Work out C .", "A = 5 6 + 7 8 .", "B = 1 2 + 3 4 .", "C = A - B .")
+def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
+    question = _question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + 2 = A + B .")
     good = ("<Question>\n" + question + "\n</Question>\n\n<Plan_1>\nFirst .\n\n<prompt_1.1> Now B . </prompt_1.1>"
             "\n\n<prompt_1.2> Now A . </prompt_1.2>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n"
-            "B = 1 2 + 3 4 , column by column from the right :\nSo B is 4 7 .\n</execution_1.1>\n\n<execution_1.2>\n"
-            "A = 5 6 + 7 8 , column by column from the right :\nSo A is 1 3 4 .\n</execution_1.2>\n</Execution_1>\n\n"
+            "B * 3 = 6 , try each digit :\nSo B is 3 .\n</execution_1.1>\n\n<execution_1.2>\n"
+            "A + 1 = 5 , try each digit :\nSo A is 4 .\n</execution_1.2>\n</Execution_1>\n\n"
             "<Plan_2>\n<prompt_2.1> Now C . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
-            "C = A - B , where A is 1 3 4 and B is 4 7 , so C = 1 3 4 - 0 4 7 , column by column from the right :\nSo C is 8 7 .\n</execution_2.1>\n"
-            "</Execution_2>\n\n<Final_answer>\n\\boxed{ 8 7 }\n</Final_answer>")
-    # 12 + 34 is 46, not 47: the executor's slip; the plan, and the copy of what it reported, are still right
+            "C + 2 = A + B , where A is 4 and B is 3 , so C + 2 = 4 + 3 = 7 , try each digit :\nSo C is 5 .\n"
+            "</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n\\boxed{ 5 }\n</Final_answer>")
+    # 3 * 3 is 9, not 6: the executor's slip; the plan, and the copy of what it reported, are still right
     reading = read_plan({"id": "a", "question": question, "trajectory": good})
     assert reading and reading.matches and reading.widths == (2, 1) and (reading.uses, reading.copied) == (2, 2)
     assert reading.miscomputed == 1 and not reading.answer_differs
-    miscopied = good.replace("1 3 4 - 0 4 7", "1 3 4 - 0 4 8")
+    miscopied = good.replace("where A is 4 and B is 3", "where A is 4 and B is 2")
     reading = read_plan({"id": "b", "question": question, "trajectory": miscopied})
     assert reading and reading.matches and (reading.uses, reading.copied) == (2, 1)
     serial = good.replace("<prompt_1.2> Now A . </prompt_1.2>", "")

@@ -10,7 +10,7 @@ from pathlib import Path
 from sprint.mini.arithmetic import DrawConfig, draw_problem, make_trace, parse_problem
 from sprint.mini.departure import KINDS, RIGHT, UNREAD, departures, first_departure, format_departures, kind_of
 
-QUESTION = "Work out B .\nA = 6 7 + 1 1 + 6 3 .\nB = A - C .\nC = 2 9 + 3 5 + 1 8 .\nD = 2 + 4 ."
+QUESTION = "Find C + D , keeping only last digits .\nA + 7 = 3 .\nB * 3 = 4 .\nC * 7 = A .\nD + 4 = A + B ."
 
 
 def generation(lines: list[str]) -> str:
@@ -34,8 +34,7 @@ def test_the_generators_trace_with_or_without_its_check_departs_nowhere() -> Non
 def test_each_kind_of_line_is_named_where_it_first_goes_wrong() -> None:
     lines = make_trace(parse_problem(QUESTION)).lines
     kinds = {kind_of(line) for line in lines}
-    assert kinds == {"round names", "one-digit definition", "prompt", "definition", "next term", "column",
-                     "step or result", "lookup head", "end"}
+    assert kinds == {"round names", "prompt", "definition", "try", "result", "lookup head", "end"}
     for kind in kinds:
         found = first_departure(QUESTION, broken(kind))
         assert found is not None and found.kind == kind, kind
@@ -48,17 +47,17 @@ def test_each_kind_of_line_is_named_where_it_first_goes_wrong() -> None:
 def test_a_runs_records_are_counted_by_kind(tmp_path: Path) -> None:
     rows = [{"question": QUESTION, "generation": generation(make_trace(parse_problem(QUESTION)).lines)},
             {"question": QUESTION, "generation": broken("lookup head")},
-            {"question": QUESTION, "generation": broken("column")},
+            {"question": QUESTION, "generation": broken("try")},
             {"question": QUESTION, "generation": None},
             {"question": "Use 4 3 4 to make 19 .", "generation": "x"}]
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     seen = departures(tmp_path)
-    assert seen.counts == {RIGHT: 1, "lookup head": 1, "column": 1, "round names": 1, UNREAD: 1}
-    assert set(seen.examples) == {"lookup head", "column", "round names"}
+    assert seen.counts == {RIGHT: 1, "lookup head": 1, "try": 1, "round names": 1, UNREAD: 1}
+    assert set(seen.examples) == {"lookup head", "try", "round names"}
     lines = format_departures(seen)
     assert lines[0].endswith("of 5  the generator's trace, line for line")
     at = lines.index("   1 of 5  " + KINDS["lookup head"])
-    assert lines[at + 1].startswith("          e.g. want: B = A - C , where A is 1 4 1")
+    assert lines[at + 1].startswith("          e.g. want: C * 7 = A , where A is 6 , so C * 7 = 6")
     assert lines[at + 2].endswith(" x")
 
 

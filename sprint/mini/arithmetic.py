@@ -1,36 +1,38 @@
-"""The mini experiment's main task: named arithmetic steps whose dependencies form a different DAG each time.
+"""The mini experiment's main task: digit equations whose dependencies form a different DAG each time.
 
-A problem is a value to find and the definitions it rests on, listed in no particular order:
+A problem asks for a sum of unknown digits, each fixed by one equation on last digits (a sum or product
+keeps only its last digit):
 
-    Work out E .
-    A = 4 8 + 7 1 + 5 5 .
-    B = A - C .
-    C = 3 7 + 7 4 .
-    D = 2 + 4 .
-    E = B * D .
+    Find C + D , keeping only last digits .
+    A + 7 = 3 .
+    B * 3 = 4 .
+    C * 7 = A .
+    D + 4 = A + B .
 
-Every definition with a multi-digit operand is a subtask worked column by column (a long execution); one
-of two one-digit numbers (`D`) is one line worked inside the plan (a short execution, which packing merges
-into its plan). The definitions' references are the DAG: subtasks whose operands are known are
-independent and run in one round, a round needs the results of the one before, and a subtask's height (1
-+ the highest subtask it reads) is its round. So the number of rounds, the number of subtasks per round and
-which round needs which result vary with the problem, and can be read from it only by reading which
-definition uses which: a chain has no parallelism at all, four sums combined two by two are four
-independent subtasks, then two, then one.
+Each equation is a subtask: find the digit that solves it by trying every digit 1-9, one line a try
+(`4 * 3 = 2 , no .`, the one that fits `8 * 3 = 4 , yes .`; all nine, to be sure only one fits, so an
+execution is 11 lines: long enough that packing keeps it as parallel work). A right side that names
+other unknowns needs their digits first, so the equations' names are the DAG: equations whose right side
+is a number are independent and run in one round, an equation that reads the round before runs in the
+next, and an unknown's height (1 + the highest it reads) is its round. The number of rounds, the
+subtasks per round and which subtask reads which vary with the problem, and are read from it only by
+reading which equation names which (a chain has no parallelism at all). The question lists the equations
+round by round, shuffled within a round and named A, B, ... in that order; where one round ends is what
+the plan must read.
 
-The sequential trace works as R1 would: each round opens with the subtasks it can do now (`First , what
-needs only numbers : A , C .`, later `Next , what needs those : B .`), the one-digit definitions are one
-line each, then each subtask in turn (`Now A .`, its definition restated with the values it reads, one line
-per column from the right, `So A is 1 7 4 .`); a share of traces checks the last step once more (R1's
-habit, the slack GRPO can remove); then the boxed value. Names keep the plans short (a prompt is three
-tokens, and no round rewrites the whole problem), so the ideal packing saves about half of the longest
-traces, as the paper's Figure 6 does; every copy is then a lookup by name, which a small model learns later
-than the column work (docs/experiments.md, "The arithmetic task"). A value read from an earlier subtask is
-looked up in the words of its result (`So A is 1 7 4 .` there, `where A is 1 7 4` here; `A is` occurs
-nowhere else), so the copy is the pattern a small model's induction heads learn first; the question's
-numbers are copied after `A =`.
-Digits are one token each (`4 7` is 47) for the column work; every line is its own sentence, so stage 1's
-line numbers are the generator's own.
+The sequential trace works as R1 would: each round opens with the subtasks it can do now (`First A , B .`,
+later `Then C , D .`), then each subtask in turn
+(`Now C .`; its equation restated with the digits it reads, looked up in the words of their results,
+`where A is 6`; the tries; `So C is 8 .`); a share of traces checks the last search once more (R1's habit,
+the slack GRPO can remove); then the digits asked for are added in the plan and boxed.
+
+Why digits and searches (the named multi-digit sums before them are measured in docs/experiments.md,
+"The arithmetic task"): a model of about a million parameters copies single tokens by name (`A is`) and
+from the line above almost at once, but a multi-digit number from a question full of digits only late,
+and that copy was where every deeper problem failed. Here every copy from the question is three tokens
+after a name that starts a line, and every try repeats the line above's operands at a fixed distance.
+Deep problems are kept small (`DrawConfig.max_deep`) and the widest problems are the longest, so the
+ideal packing has the paper's Figure 6 shape (the longest quartile gains most).
 
 The generator also knows each trace's components and DAG (`make_trace`, for the stand-in teacher) and the
 ideal packing of the problem (`Shape`: the subtasks of each round), read by the summary's plan fidelity.
@@ -47,124 +49,92 @@ from typing import Any
 from sprint.core.errors import UserError
 from sprint.mini.problems import MiniDataConfig, ProblemRows
 
-QUESTION = "Work out {name} ."
-DEFINITION = "{name} = {expr} ."
-FIRST = "First , what needs only numbers : {names} ."   # round 1's opening: the plan
-NEXT = "Next , what needs those : {names} ."            # each later round's opening
-SHORT = "{name} = {a} {op} {b} , so {name} is {value} ."  # a one-digit definition, worked in the plan
+QUESTION = "Find {goal} , keeping only last digits ."
+DEFINITION = "{name} {op} {k} = {rhs} ."
+FIRST = "First {names} ."                                # round 1's opening (what needs only numbers): the plan
+NEXT = "Then {names} ."                                  # each later round's opening (what needs those)
 NOW = "Now {name} ."                                     # a subtask's instruction: the prompt
-RESTATE = "{head} , column by column from the right :"
-TWO_AT_A_TIME = "{head} , two at a time :"               # a sum of more than two terms
-STEP = "So {expr} = {value} ."                           # one step of a longer sum
-RESULT = "So {name} is {value} ."                       # a subtask's value: `A is` occurs nowhere else
-LOOKUP = "{name} is {value}"                            # a value read by name: the same words as its result
-DONE = "That is all : {name} is {value} ."
-RECHECK = "Wait , let me check the last step once more : {expr} = {value} , yes ."
+HEAD = "{equation} , try each digit :"                   # an execution's first line
+READS = "{equation} , where {lookups} , so {name} {op} {k} = {work}"  # ... for a right side that names unknowns
+LOOKUP = "{name} is {value}"                            # a digit read by name: the same words as its result
+TRY = "{x} {op} {k} = {v} , {verdict} ."               # verdict: yes for the one digit that fits, else no
+RESULT = "So {name} is {x} ."                           # a subtask's digit: `A is` occurs nowhere else
+DONE = "That is all : {work} ."
+RECHECK = "Wait , let me check {name} once more : {x} {op} {k} = {t} , yes ."
 ANSWER = "The answer is \\boxed{{ {value} }} ."
-OPS = ("+", "-", "*")
+OPS = ("+", "*")
+FACTORS = (3, 7, 9)  # a product's factor: a unit mod 10, so exactly one digit solves each equation
 NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-OP_WEIGHTS = (0.5, 0.3, 0.2)    # chances of +, -, * above round 1: a product by one digit makes a chain
-WIDEN = 0.9                # chance that an operation's second operand is a subtask as high as its first
-# chances of 2, 3, 4 terms in the sums of round 1 of a problem of two rounds or more: heavy parallel
-# subtasks beside light later rounds, so that the longest problems gain most from running them side by side
-TERMS = (0.0, 0.3, 0.7)
+MERGE = 0.4          # chance that an equation above round 1 also reads a second, earlier unknown
+# chances of one, two, three (and more) rounds: deep problems are kept short (`DrawConfig.max_deep`), so too
+# many of them would leave the shorter half of the problems little to gain (overall ratio)
+DEPTHS = (0.25, 0.45, 0.30)
+MAX_GOAL = 4         # most unknowns in the sum asked for (the DAG's sinks)
 
 
-def digits(n: int) -> str:
-    """47 -> '4 7': one token per digit in the project's tokenizer, so the column work is token by token."""
-    return " ".join(str(n))
+def apply(x: int, op: str, k: int) -> int:
+    return (x + k) % 10 if op == "+" else (x * k) % 10
 
 
-@dataclass(frozen=True)
+def add_up(values: list[int]) -> str:
+    """`6 + 2 + 3 = 8 + 3 = 1`: the first two added at a time, the rest carried along (one digit: itself)."""
+    parts = [" + ".join(map(str, values))]
+    while len(values) > 1:
+        values = [(values[0] + values[1]) % 10, *values[2:]]
+        parts.append(" + ".join(map(str, values)))
+    return " = ".join(parts)
+
+
+@dataclass(frozen=True, eq=False)
 class Node:
-    """A number (`op` is None) or an operation on `args` (a sum may have 2-4 terms)."""
+    """An unknown digit `value` with its equation `value op k = right side`: a number, or the sum of the
+    unknowns it `reads` (compared by identity: two unknowns may have equal equations)."""
 
     value: int
-    op: str | None = None
-    args: tuple[Node, ...] = ()
+    op: str
+    k: int
+    reads: tuple[Node, ...] = ()
+    number: int | None = None  # the right side when it names no unknown
 
     @property
-    def short(self) -> bool:
-        """Two one-digit numbers: one line, worked inside the plan (its execution would span one line, which
-        packing merges into the plan)."""
-        return self.op is not None and len(self.args) == 2 and all(a.op is None and a.value < 10 for a in self.args)
+    def target(self) -> int:
+        return self.number if self.number is not None else sum(r.value for r in self.reads) % 10
 
     @property
     def height(self) -> int:
-        """The round of a subtask (0: a number or a one-digit definition, known from the first plan on)."""
-        if self.op is None or self.short:
-            return 0
-        return max(a.height for a in self.args) + 1
-
-    def operations(self) -> list[Node]:
-        """Every operation, operands before the operation that uses them, left to right."""
-        if self.op is None:
-            return []
-        return [n for a in self.args for n in a.operations()] + [self]
+        """The round of the subtask: 1 + the highest unknown it reads."""
+        return 1 + max((r.height for r in self.reads), default=0)
 
 
-def combine(op: str, args: tuple[Node, ...]) -> Node:
-    if op == "+":
-        return Node(sum(a.value for a in args), op, args)
-    if op == "-":
-        return Node(args[0].value - args[1].value, op, args)
-    return Node(args[0].value * args[1].value, op, args)
+def solve(op: str, k: int, target: int) -> int | None:
+    """The one digit x with `x op k = target` on last digits, None when none or several do."""
+    found = [x for x in range(10) if apply(x, op, k) == target]
+    return found[0] if len(found) == 1 else None
 
 
-# ------------------------------------------------------------------------------ the column-by-column work
+@dataclass(frozen=True)
+class Problem:
+    """Equations listed in the question's order (round by round; names A, B, ... in that order), and the
+    unknowns whose sum is asked for."""
 
+    order: tuple[Node, ...]
+    goal: tuple[Node, ...]
 
-def _padded(a: int, b: int, op: str) -> str:
-    """`a op b` with both numbers padded to one width (a sum or difference: one digit under another)."""
-    if op == "*":
-        return f"{digits(a)} {op} {digits(b)}"
-    width = max(len(str(a)), len(str(b)))
-    return f"{' '.join(str(a).zfill(width))} {op} {' '.join(str(b).zfill(width))}"
+    def name(self, node: Node) -> str:
+        return NAMES[next(i for i, n in enumerate(self.order) if n is node)]
 
+    @property
+    def value(self) -> int:
+        return sum(n.value for n in self.goal) % 10
 
-def column_lines(a: int, op: str, b: int) -> list[str]:
-    """One binary step worked column by column from the right, a line per column (`x + y + carry = v`: the
-    carry is the first digit of the line before; a difference borrows by writing `1 x`)."""
-    lines, carry = [], 0
-    for i in range(max(len(str(a)), 1 if op == "*" else len(str(b)))):
-        x, y = a // 10 ** i % 10, (b if op == "*" else b // 10 ** i % 10)
-        if op == "-":
-            borrow = x - y - carry < 0
-            lines.append(f"{'1 ' if borrow else ''}{x} - {y} - {carry} = {x - y - carry + 10 * borrow} .")
-            carry = int(borrow)
-            continue
-        v = x * y + carry if op == "*" else x + y + carry
-        lines.append(f"{x} {op} {y} + {carry} = {digits(v)} .")
-        carry = v // 10
-    return lines
+    def equation(self, node: Node) -> str:
+        rhs = str(node.number) if node.number is not None else " + ".join(self.name(r) for r in node.reads)
+        return f"{self.name(node)} {node.op} {node.k} = {rhs}"
 
-
-def work_lines(name: str, definition: str, node: Node, reads: tuple[str, ...] = ()) -> list[str]:
-    """The execution of a subtask: its definition restated, each value it reads by name looked up in the
-    words of its result (`B = A * D , where A is 1 7 4 and D is 6 , so B = 1 7 4 * 6`; `reads`: the names
-    of the operands that are operations, in order), then a binary step column by column, or a sum of more
-    terms added two at a time, each step on its own; closed by the subtask's value under its name."""
-    values = [a.value for a in node.args]
-    op = node.op or "+"
-    head = f"{name} = {definition}"
-    if len(values) == 2:
-        looked_up = [a.value for a in node.args if a.op is not None]
-        if looked_up:
-            lookups = (LOOKUP.format(name=n, value=digits(v)) for n, v in zip(reads, looked_up, strict=True))
-            head += f" , where {' and '.join(lookups)} , so {name} = {_padded(values[0], values[1], op)}"
-        lines = [RESTATE.format(head=head), *column_lines(values[0], op, values[1])]
-    else:
-        lines, total = [TWO_AT_A_TIME.format(head=head)], values[0]
-        for v in values[1:]:
-            lines += [RESTATE.format(head=_padded(total, v, "+")), *column_lines(total, "+", v),
-                      STEP.format(expr=f"{digits(total)} + {digits(v)}", value=digits(total + v))]
-            total += v
-    return lines + [RESULT.format(name=name, value=digits(node.value))]
-
-
-def node_work(node: Node) -> str:
-    """The operation on its operands' values: `1 7 4 * 6`."""
-    return f" {node.op} ".join(digits(a.value) for a in node.args)
+    @property
+    def question(self) -> str:
+        goal = " + ".join(self.name(n) for n in self.goal)
+        return "\n".join([QUESTION.format(goal=goal), *(f"{self.equation(n)} ." for n in self.order)])
 
 
 # ------------------------------------------------------------------------------ problems
@@ -172,102 +142,70 @@ def node_work(node: Node) -> str:
 
 @dataclass(frozen=True)
 class DrawConfig:
-    """How problems are drawn: rounds, terms and sizes (the held-out problems are drawn the same way)."""
+    """How problems are drawn (the held-out problems are drawn the same way)."""
 
     max_rounds: int = 3
     max_width: int = 4       # subtasks in one round
     max_subtasks: int = 7    # subtasks in all
-    max_value: int = 9999    # every value, so every number has at most four digits
-    max_chars: int = 2600    # the sequential trace, at most about 980 tokens
+    max_deep: int = 4        # subtasks in a problem of three rounds or more: the longest problems are the wide ones
 
 
-def _multiplier(rng: random.Random) -> Node:
-    """A one-digit factor, now and then a one-digit definition worth 2-9 (worked inside the plan)."""
-    if rng.random() < 0.25:
-        while True:
-            op = rng.choice(OPS)
-            node = combine(op, (Node(rng.randint(1, 9)), Node(rng.randint(1, 9))))
-            if 2 <= node.value <= 9 and not (op == "*" and 1 in (node.args[0].value, node.args[1].value)):
-                return node
-    return Node(rng.randint(2, 9))
+def _equation(rng: random.Random, target: int | None) -> tuple[int, str, int]:
+    """(x, op, k) with x in 1-9: any, when the right side is still free (None), else one that gives `target`."""
+    while True:
+        x, op = rng.randint(1, 9), rng.choice(OPS)
+        if target is None:
+            return x, op, rng.randint(1, 9) if op == "+" else rng.choice(FACTORS)
+        ks = [k for k in (range(1, 10) if op == "+" else FACTORS) if apply(x, op, k) == target]
+        if ks:
+            return x, op, ks[0]
 
 
-def _draw(rng: random.Random, height: int, terms: int) -> Node:
-    """An operation of exactly this height: in round 1 a sum of `terms` two-digit numbers (the heavy
-    subtasks, run side by side); above it a sum or difference of two operands, or a product by one digit:
-    one operand of height - 1 (the chain), the other as likely of that height too (a parallel subtask) as
-    of any lower height (a two-digit number at height 0)."""
-    if height == 1:
-        return combine("+", tuple(Node(rng.randint(10, 99)) for _ in range(terms)))
-    op = rng.choices(OPS, weights=OP_WEIGHTS)[0]
-    if op == "*":
-        return combine(op, (_draw(rng, height - 1, terms), _multiplier(rng)))
-    other = height - 1 if rng.random() < WIDEN else rng.randint(0, height - 1)
-    args = [_draw(rng, height - 1, terms), Node(rng.randint(10, 99)) if other == 0 else _draw(rng, other, terms)]
-    rng.shuffle(args)
-    if op == "-":
-        args.sort(key=lambda a: -a.value)
-    return combine(op, tuple(args))
+def _pick(rng: random.Random, pool: list[Node], read: set[int]) -> Node:
+    """An unknown of `pool`, one nobody reads yet when there is one (so that few are left for the goal)."""
+    unread = [n for n in pool if id(n) not in read]
+    return rng.choice(unread or pool)
 
 
-@dataclass(frozen=True)
-class Problem:
-    """A tree of operations with a name for each, listed in the question's order (names A, B, ... in that
-    order, so the listing, not the names, hides which round a definition belongs to)."""
-
-    root: Node
-    order: tuple[Node, ...]   # every operation, as the question lists them
-
-    def name(self, node: Node) -> str:
-        return NAMES[next(i for i, n in enumerate(self.order) if n is node)]
-
-    def definition(self, node: Node) -> str:
-        """`A - C`: numbers as digits, operations by name."""
-        return f" {node.op} ".join(digits(a.value) if a.op is None else self.name(a) for a in node.args)
-
-    @property
-    def question(self) -> str:
-        return "\n".join([QUESTION.format(name=self.name(self.root)),
-                          *(DEFINITION.format(name=self.name(n), expr=self.definition(n)) for n in self.order)])
-
-
-def name_problem(root: Node, rng: random.Random) -> Problem:
-    order = list(root.operations())
-    rng.shuffle(order)
-    return Problem(root, tuple(order))
-
-
-def valid(node: Node, cfg: DrawConfig) -> bool:
-    ops = node.operations()
-    if not node.op or node.short or len(ops) > len(NAMES) or sum(not n.short for n in ops) > cfg.max_subtasks:
-        return False
-    widths = Shape.of(Problem(node, tuple(ops))).widths
-    if len(widths) > cfg.max_rounds or max(widths) > cfg.max_width:
-        return False
-    for n in ops:
-        if not 1 <= n.value <= cfg.max_value:
-            return False
-        if n.op == "-" and n.args[0].value <= n.args[1].value:
-            return False
-        if not n.short and len(n.args) == 2 and len(column_lines(n.args[0].value, n.op, n.args[1].value)) < 2:
-            return False  # one column line (`A * 8` with A = 3): an execution packing merges, not a subtask
-    return True
+def _widths(rng: random.Random, cfg: DrawConfig) -> list[int]:
+    """The depth first (`DEPTHS`), then each round 1 to
+    `max_width` subtasks wide within that depth's bound."""
+    weights = DEPTHS[: cfg.max_rounds] + (DEPTHS[-1],) * (cfg.max_rounds - len(DEPTHS))
+    depth = rng.choices(range(1, cfg.max_rounds + 1), weights=weights)[0]
+    bound = cfg.max_subtasks if depth < 3 else cfg.max_deep
+    while True:
+        widths = [rng.randint(1, cfg.max_width) for _ in range(depth)]
+        if sum(widths) <= max(bound, depth):
+            return widths
 
 
 def draw_problem(rng: random.Random, cfg: DrawConfig) -> Problem:
-    """One round a quarter of the time, the other depths sharing the rest (deeper problems have more shapes).
-    All sums of round 1 have one number of terms, so a problem's parallel subtasks take about as long each:
-    two to four in a one-round problem, mostly four in deeper ones (`TERMS`)."""
-    heights = range(1, cfg.max_rounds + 1)
-    weights = [0.25] + [0.75 / (cfg.max_rounds - 1)] * (cfg.max_rounds - 1) if cfg.max_rounds > 1 else [1.0]
+    """Widths by `_widths`; an equation above round 1 reads one unknown of the round before and now and then
+    a second from any earlier round."""
     while True:
-        height = rng.choices(heights, weights=weights)[0]
-        node = _draw(rng, height, rng.choices((2, 3, 4), weights=TERMS if height > 1 else (1, 1, 1))[0])
-        if not valid(node, cfg):
-            continue
-        problem = name_problem(node, rng)
-        if len(make_trace(problem).thought) <= cfg.max_chars:
-            return problem
+        widths = _widths(rng, cfg)
+        rounds: list[list[Node]] = []
+        read: set[int] = set()
+        for width in widths:
+            this = []
+            for _ in range(width):
+                if not rounds:
+                    x, op, k = _equation(rng, None)
+                    this.append(Node(x, op, k, number=apply(x, op, k)))
+                    continue
+                reads = [_pick(rng, rounds[-1], read)]
+                earlier = [n for r in rounds for n in r if n is not reads[0]]
+                if earlier and rng.random() < MERGE:
+                    reads.append(_pick(rng, earlier, read))
+                read.update(id(n) for n in reads)
+                x, op, k = _equation(rng, sum(n.value for n in reads) % 10)
+                this.append(Node(x, op, k, reads=tuple(reads)))
+            rng.shuffle(this)
+            rounds.append(this)
+        order = tuple(n for r in rounds for n in r)
+        goal = tuple(n for n in order if id(n) not in read)
+        if len(goal) <= MAX_GOAL:
+            return Problem(order, goal)
 
 
 @dataclass(frozen=True)
@@ -278,9 +216,8 @@ class Shape:
 
     @classmethod
     def of(cls, problem: Problem) -> Shape:
-        ops = [n for n in problem.order if not n.short]
-        top = max(n.height for n in ops)
-        return cls(tuple(tuple(n for n in ops if n.height == r) for r in range(1, top + 1)))
+        top = max(n.height for n in problem.order)
+        return cls(tuple(tuple(n for n in problem.order if n.height == r) for r in range(1, top + 1)))
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -293,6 +230,28 @@ def subtasks(problem: Problem) -> list[list[str]]:
 
 
 # ------------------------------------------------------------------------------ traces
+
+
+def work_lines(problem: Problem, node: Node) -> list[str]:
+    """The execution of a subtask: its equation restated with the digits it reads, then one line a try for
+    every digit 1-9 (all of them, to be sure only one fits), then the digit under its name."""
+    name, equation = problem.name(node), problem.equation(node)
+    if node.reads:
+        lookups = " and ".join(LOOKUP.format(name=problem.name(r), value=r.value) for r in node.reads)
+        work = add_up([r.value for r in node.reads])
+        equation = READS.format(equation=equation, lookups=lookups, name=name, op=node.op, k=node.k, work=work)
+    lines = [HEAD.format(equation=equation)]
+    lines += [TRY.format(x=x, op=node.op, k=node.k, v=apply(x, node.op, node.k), verdict="yes" if x == node.value else "no")
+              for x in range(1, 10)]
+    return lines + [RESULT.format(name=name, x=node.value)]
+
+
+def done_line(problem: Problem) -> str:
+    """The digits asked for, added in the plan: `C + D = 8 + 1 = 9` (one: `D is 1`)."""
+    if len(problem.goal) == 1:
+        return DONE.format(work=LOOKUP.format(name=problem.name(problem.goal[0]), value=problem.value))
+    names = " + ".join(problem.name(n) for n in problem.goal)
+    return DONE.format(work=f"{names} = {add_up([n.value for n in problem.goal])}")
 
 
 @dataclass(frozen=True)
@@ -316,10 +275,10 @@ class Trace:
 
 def make_trace(problem: Problem, recheck: bool = False) -> Trace:
     """The trace, and stage 1-2 answers as a careful teacher would give them: each round's opening
-    plan-only; a one-digit definition with its one line as a (short) execution, which packing merges into
-    the plan; a subtask with its instruction as the prompt (no range holds it, as the instruction is the
-    trace's own line) and its column work as the execution. Parents: what a line reads, so a subtask
-    depends on its round's opening and on the subtasks and one-digit definitions it reads."""
+    plan-only; a subtask with its instruction as the prompt (no range holds it, as the instruction is the
+    trace's own line) and its search as the execution; the closing sum plan-only. Parents: what a line
+    reads, so a subtask depends on its round's opening and on the subtasks it reads, and the sum on the
+    subtasks it adds."""
     lines: list[str] = []
     components: list[dict[str, Any]] = []
     dag: dict[str, list[int]] = {}
@@ -332,36 +291,26 @@ def make_trace(problem: Problem, recheck: bool = False) -> Trace:
         dag[str(len(components))] = sorted(set(parents))
         return len(components)
 
-    def reads(node: Node) -> list[int]:
-        return [number[id(a)] for a in node.args if id(a) in number]
-
     name = problem.name
-    shorts = [n for n in problem.order if n.short]
     opening, previous = 0, []
-    for r, round_ops in enumerate(Shape.of(problem).rounds, 1):
-        names = " , ".join(name(n) for n in round_ops)
-        lines.append((FIRST if r == 1 else NEXT).format(names=names))
+    for r, round_nodes in enumerate(Shape.of(problem).rounds, 1):
+        lines.append((FIRST if r == 1 else NEXT).format(names=" , ".join(name(n) for n in round_nodes)))
         opening = add(f"Choose the subtasks of round {r}", [opening] * (r > 1) + [number[id(n)] for n in previous],
                       plan=f"{len(lines)}-{len(lines)}")
-        for n in shorts if r == 1 else ():
-            lines.append(SHORT.format(name=name(n), a=n.args[0].value, op=n.op, b=n.args[1].value,
-                                      value=n.value))
-            number[id(n)] = add(f"Work out {name(n)}", [opening], prompt=f"Work out {name(n)} .",
-                                execution=f"{len(lines)}-{len(lines)}")
-        for n in round_ops:
+        for n in round_nodes:
             lines.append(NOW.format(name=name(n)))
             start = len(lines) + 1
-            lines += work_lines(name(n), problem.definition(n), n, tuple(name(a) for a in n.args if a.op is not None))
-            number[id(n)] = add(f"Work out {name(n)} column by column", [opening, *reads(n)],
+            lines += work_lines(problem, n)
+            number[id(n)] = add(f"Find {name(n)} by trying each digit", [opening, *(number[id(r)] for r in n.reads)],
                                 prompt=NOW.format(name=name(n)), execution=f"{start}-{len(lines)}")
-        previous = list(round_ops)
-    root = problem.root
+        previous = list(round_nodes)
     start = len(lines) + 1
-    lines.append(DONE.format(name=name(root), value=digits(root.value)))
+    lines.append(done_line(problem))
     if recheck:
-        lines.append(RECHECK.format(expr=node_work(root), value=digits(root.value)))
-    add("State the value", [opening, number[id(root)]], plan=f"{start}-{len(lines)}")
-    return Trace(problem, lines, ANSWER.format(value=digits(root.value)), components, dag)
+        last = problem.order[-1]
+        lines.append(RECHECK.format(name=name(last), x=last.value, op=last.op, k=last.k, t=last.target))
+    add("Add the digits asked for", [opening, *(number[id(n)] for n in problem.goal)], plan=f"{start}-{len(lines)}")
+    return Trace(problem, lines, ANSWER.format(value=problem.value), components, dag)
 
 
 # ------------------------------------------------------------------------------ rows
@@ -370,7 +319,7 @@ def make_trace(problem: Problem, recheck: bool = False) -> Trace:
 def problem_row(problem: Problem, row_id: str, index: int) -> dict[str, Any]:
     """A held-out problem: its question, its value (the gold answer) and its ideal packing."""
     widths = Shape.of(problem).widths
-    return {"id": row_id, "index": index, "question": problem.question, "answer": str(problem.root.value),
+    return {"id": row_id, "index": index, "question": problem.question, "answer": str(problem.value),
             "rounds": len(widths), "widths": list(widths), "subtasks": subtasks(problem)}
 
 
@@ -379,6 +328,8 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
     if not 1 <= cfg.max_rounds <= 6 or not 1 <= cfg.max_width <= 6 or cfg.max_subtasks < cfg.max_rounds:
         raise UserError("arithmetic draws need 1 <= --max-rounds <= 6, 1 <= --max-width <= 6 and "
                         f"--max-subtasks >= --max-rounds (got {cfg.max_rounds}, {cfg.max_width}, {cfg.max_subtasks})")
+    if cfg.max_subtasks + 2 > len(NAMES):
+        raise UserError(f"--max-subtasks {cfg.max_subtasks}: at most {len(NAMES) - 2} (one letter per unknown)")
     draw = DrawConfig(cfg.max_rounds, cfg.max_width, cfg.max_subtasks)
     rng = random.Random(cfg.seed)
     seen: set[str] = set()
@@ -392,7 +343,7 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
 
     rows = ProblemRows()
     rows.held_out = [problem_row(fresh(draw), f"ar-test-{i:04d}", i) for i in range(cfg.n_test)]
-    wider = DrawConfig(cfg.max_rounds + 1, cfg.max_width + 1, cfg.max_subtasks + 2)
+    wider = DrawConfig(cfg.max_rounds + 1, cfg.max_width + 1, cfg.max_subtasks + 2, DrawConfig.max_deep + 2)
 
     def beyond_training(problem: Problem) -> bool:
         widths = Shape.of(problem).widths
@@ -403,55 +354,59 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
     for i in range(cfg.n_train or 4000):
         trace = make_trace(fresh(draw), recheck=rechecks.random() < cfg.recheck_share)
         rows.add_trace({"id": f"ar-{i:05d}", "question": trace.question, "thought": trace.thought,
-                        "solution": trace.solution, "answer": str(trace.problem.root.value)},
+                        "solution": trace.solution, "answer": str(trace.problem.value)},
                        {"components": trace.components, "dag": trace.dag})
     return rows
 
 
 # ------------------------------------------------------------------------------ reading problems back
 
-_NUMBER = r"[0-9](?: [0-9])*"
-_DEFINITION = re.compile(rf"^([A-Z]) = ((?:{_NUMBER}|[A-Z])(?: [+*-] (?:{_NUMBER}|[A-Z]))+) \.$")
+_GOAL = re.compile(r"^Find ([A-Z](?: \+ [A-Z])*) , keeping only last digits \.$")
+_EQUATION = re.compile(r"^([A-Z]) ([+*]) ([0-9]) = ([0-9]|[A-Z](?: \+ [A-Z])*) \.$")
 
 
 def parse_problem(text: str) -> Problem:
     """A question as the generator writes it, back into its problem; ValueError for anything else."""
     lines = text.strip().split("\n")
-    head = re.fullmatch(r"Work out ([A-Z]) \.", lines[0].strip())
+    head = _GOAL.match(lines[0].strip())
     if not head:
         raise ValueError(f"not a question of the mini task: {text[:80]!r}")
-    defined: dict[str, tuple[str, list[str]]] = {}
-    for line in lines[1:]:
-        match = _DEFINITION.match(line.strip())
-        if not match:
-            raise ValueError(f"not a definition of the mini task: {line!r}")
-        tokens = re.findall(rf"{_NUMBER}|[A-Z]|[+*-]", match[2])
-        ops = set(tokens[1::2])
-        if len(ops) != 1 or (len(tokens) > 3 and ops != {"+"}):
-            raise ValueError(f"mixed operations in one definition: {line!r}")
-        defined[match[1]] = (tokens[1], tokens[::2])
     built: dict[str, Node] = {}
+    for i, line in enumerate(lines[1:]):
+        match = _EQUATION.match(line.strip())
+        if not match or match[1] != NAMES[i]:
+            raise ValueError(f"not an equation of the mini task, named in order: {line!r}")
+        name, op, k, rhs = match[1], match[2], int(match[3]), match[4]
+        reads = tuple(built[r] for r in rhs.split(" + ") if r in built) if rhs.isalpha() or "+" in rhs else ()
+        if not rhs.isdigit() and len(reads) != len(rhs.split(" + ")):
+            raise ValueError(f"{line!r} reads an unknown not defined above it")
+        target = int(rhs) if rhs.isdigit() else sum(r.value for r in reads) % 10
+        x = solve(op, k, target)
+        if x is None:
+            raise ValueError(f"no single digit solves {line!r}")
+        built[name] = Node(x, op, k, reads=reads, number=int(rhs) if rhs.isdigit() else None)
+    goal_names = head[1].split(" + ")
+    if any(g not in built for g in goal_names):
+        raise ValueError(f"the question asks for an unknown it does not define: {lines[0]!r}")
+    return Problem(tuple(built.values()), tuple(built[g] for g in goal_names))
 
-    def build(name: str, seen: tuple[str, ...] = ()) -> Node:
-        if name in seen or name not in defined:
-            raise ValueError(f"{name} is undefined or defined through itself in {text[:80]!r}")
-        if name not in built:
-            op, args = defined[name]
-            built[name] = combine(op, tuple(build(a, (*seen, name)) if a.isalpha() else Node(int(a.replace(" ", "")))
-                                            for a in args))
-        return built[name]
 
-    root = build(head[1])
-    order = tuple(build(name) for name in defined)
-    if list(defined) != list(NAMES[: len(defined)]):
-        raise ValueError(f"definitions are not named A, B, ... in order: {text[:80]!r}")
-    return Problem(root, order)
+@dataclass(frozen=True)
+class Step:
+    """An execution's first line read back: its equation, the digits it looked up by name, and the right
+    side's value as it worked it out."""
+
+    op: str
+    k: int
+    reads: dict[str, int]
+    target: int
+    sum_right: bool  # the looked-up digits add up to `target` (always, for a number)
 
 
 _PROMPT = re.compile(r"^Now ([A-Z]) \.$")
-_RESULT = re.compile(r"^So ([A-Z]) is ([0-9](?: [0-9])*) \.$", re.M)
-_HEAD = re.compile(rf"^[A-Z] = .*?((?:{_NUMBER})(?: [+*-] {_NUMBER})+) , (?:column by column from the right|two at a time) :$",
-                   re.M)
+_RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
+_HEAD = re.compile(r"^([A-Z]) ([+*]) ([0-9]) = (?:([0-9])|[A-Z](?: \+ [A-Z])* , where (.+) , so \1 \2 \3 = "
+                   r"([0-9](?: \+ [0-9])*(?: = [0-9](?: \+ [0-9])*)*)) , try each digit :$", re.M)
 
 
 def read_prompt(text: str) -> str | None:
@@ -461,16 +416,22 @@ def read_prompt(text: str) -> str | None:
 
 
 def read_result(execution: str) -> tuple[str, int] | None:
-    """(name, value) an execution reports on its last `So B = V .` line (None without one)."""
+    """(name, digit) an execution reports on its last `So B is 6 .` line (None without one)."""
     found = _RESULT.findall(execution)
-    return (found[-1][0], int(found[-1][1].replace(" ", ""))) if found else None
+    return (found[-1][0], int(found[-1][1])) if found else None
 
 
-def read_step(execution: str) -> tuple[str, tuple[int, ...]] | None:
-    """(operation, operand values) of an execution's first line, as it restated them (`B = A * D = 1 7 4 * 6
-    , column by column from the right :`); None when it has none."""
+def read_step(execution: str) -> Step | None:
+    """An execution's first line (`C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :`); None when
+    it has none."""
     match = _HEAD.search(execution)
     if not match:
         return None
-    tokens = re.findall(rf"{_NUMBER}|[+*-]", match[1])
-    return tokens[1], tuple(int(t.replace(" ", "")) for t in tokens[::2])
+    op, k = match[2], int(match[3])
+    if match[4] is not None:
+        return Step(op, k, {}, int(match[4]), True)
+    reads = dict((n, int(v)) for n, v in re.findall(r"([A-Z]) is ([0-9])", match[5]))
+    work = match[6].split(" = ")
+    target = int(work[-1]) if len(work) > 1 or len(reads) == 1 else -1
+    expected = add_up(list(reads.values())) if reads else ""
+    return Step(op, k, reads, target, match[6] == expected)

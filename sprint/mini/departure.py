@@ -3,8 +3,8 @@
 The sequential model (RFT, or the base it starts from) was trained on the generator's traces, which are a
 function of the question, so its output can be read line by line against `make_trace` of its question.
 The first line that differs names the skill that is missing: copying the question (a restated
-definition, the next term of a sum), choosing a round's names, the next prompt, a lookup (a later
-subtask's head, which restates its definition and reads earlier results), or the column work itself.
+equation), choosing a round's names, the next prompt, a lookup (a later subtask's head, which restates
+its equation and reads earlier results), a try of the search, or the digit it found.
 That is what tells a user whether more steps, another model shape or another trace format is needed
 (docs/experiments.md, "The arithmetic task").
 """
@@ -18,19 +18,17 @@ from pathlib import Path
 
 from sprint.core.data import iter_jsonl
 from sprint.format.tags import THINK, THINK_END
-from sprint.mini.arithmetic import FIRST, NEXT, NOW, RESTATE, RESULT, STEP, make_trace, parse_problem
+from sprint.mini.arithmetic import FIRST, NEXT, NOW, RESULT, make_trace, parse_problem
 
 RIGHT = "the generator's trace, line for line"
 UNREAD = "a question the arithmetic generator cannot read"
 KINDS = {  # kind -> what the model got wrong there
     "round names": "a round's names (which subtasks it can do now)",
     "prompt": "the next subtask of a round",
-    "lookup head": "a later subtask's definition or the results it reads",
-    "definition": "a definition copied from the question",
-    "one-digit definition": "a one-digit definition worked in the plan",
-    "next term": "the next term of a sum, copied from its definition",
-    "step or result": "a step's or a subtask's value",
-    "column": "a column of the work",
+    "lookup head": "a later subtask's equation or the digits it reads",
+    "definition": "an equation copied from the question",
+    "try": "a try of the search (its sum or product, or its verdict)",
+    "result": "the digit a search found",
     "end": "the closing lines",
 }
 
@@ -54,16 +52,12 @@ def kind_of(line: str) -> str:
         return "round names"
     if line.startswith(_lead(NOW)):
         return "prompt"
-    if re.match(r"^[A-Z] = ", line):
-        if " where " in line:
-            return "lookup head"
-        return "one-digit definition" if ", so " in line else "definition"
-    if line.startswith((_lead(STEP), _lead(RESULT))):
-        return "step or result"
-    if line.endswith(RESTATE.split("}", 1)[1]):
-        return "next term"
+    if re.match(r"^[A-Z] [+*] [0-9] = ", line):
+        return "lookup head" if " where " in line else "definition"
+    if line.startswith(_lead(RESULT)):
+        return "result"
     if line[:1].isdigit():
-        return "column"
+        return "try"
     return "end"
 
 

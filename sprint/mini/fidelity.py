@@ -6,9 +6,9 @@ held-out trajectory is read back against it:
 - its shape: the number of prompts in each phase that has any (phases with prompts, widths);
 - fidelity: the same number of phases with prompts as the ideal, and in each the same set of
   subtasks in any order, read from the prompts' names (`Now B .`);
-- copies: every operand of an execution in a later phase that is an earlier subtask's result; it is
-  copied right when the execution restates the value an earlier execution of the model reported under
-  that name (a wrong sum in round 1 is the executor's fault, not the copy's), the true value where none did.
+- copies: every unknown that an execution in a later phase reads; it is copied right when the execution
+  looks up the digit an earlier execution of the model reported under that name (a wrong search in round 1
+  is the executor's fault, not the copy's), the true digit where none did.
 
 Figure 5 in miniature (phases used and prompts per phase against the problem's depth and size) and
 the shape figures come from the same reading, the model's beside the ideal packing's.
@@ -24,8 +24,7 @@ from typing import Any
 from sprint.core.data import iter_jsonl
 from sprint.format.boxed import last_boxed
 from sprint.format.trajectory import TrajectoryError, parse
-from sprint.mini.arithmetic import (Node, Shape, combine, parse_problem, read_prompt, read_result, read_step,
-                                    subtasks)
+from sprint.mini.arithmetic import Shape, apply, parse_problem, read_prompt, read_result, read_step, subtasks
 
 
 @dataclass(frozen=True)
@@ -40,9 +39,9 @@ class PlanReading:
     formed: bool                    # parses strictly and has a final answer
     widths: tuple[int, ...] = ()    # prompts per phase with prompts, the model's
     matches: bool = False           # phase structure equals the ideal packing
-    uses: int = 0                   # operands of later-phase executions that are earlier results
-    copied: int = 0                 # ... restated as the model's earlier execution reported them
-    miscomputed: int = 0            # executions whose reported value is not that of the step they restated
+    uses: int = 0                   # unknowns that later-phase executions read
+    copied: int = 0                 # ... looked up as the model's earlier execution reported them
+    miscomputed: int = 0            # executions whose digit does not solve the equation they restated
     answer_differs: bool = False    # the boxed answer is not the value the model's own work gives
 
 
@@ -96,24 +95,22 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
             work = execution.text if execution else ""
             step, result = read_step(work), read_result(work)
             if step is not None and result is not None:
-                miscomputed += result[1] != combine(step[0], tuple(Node(v) for v in step[1])).value
+                miscomputed += not step.sum_right or apply(result[1], step.op, step.k) != step.target
             if result is not None:
                 found.append(result)
             node = nodes.get(name or "")
-            if i == 0 or node is None or step is None or len(step[1]) != len(node.args):
+            if i == 0 or node is None or step is None:
                 continue
-            for arg, value in zip(node.args, step[1]):
-                if arg.op is not None and not arg.short:
-                    uses += 1
-                    copied += value == reported.get(problem.name(arg), arg.value)
+            for read in node.reads:
+                uses += 1
+                copied += step.reads.get(problem.name(read)) == reported.get(problem.name(read), read.value)
         for name, value in found:  # known to later phases only
             reported.setdefault(name, value)
     expected = subtasks(problem)
     matches = len(rounds) == len(expected) and all(Counter(m) == Counter(e) for m, e in zip(rounds, expected))
-    root = problem.name(problem.root)
+    own = sum(reported.get(problem.name(n), n.value) for n in problem.goal) % 10
     boxed = "".join((last_boxed(traj.final_answer) or "").split())
-    answer_differs = not (boxed.isascii() and boxed.isdigit()
-                          and int(boxed) == reported.get(root, problem.root.value))
+    answer_differs = not (boxed.isascii() and boxed.isdigit() and int(boxed) == own)
     return PlanReading(**base, formed=True, widths=tuple(len(w) for w in rounds), matches=matches,
                        uses=uses, copied=copied, miscomputed=miscomputed, answer_differs=answer_differs)
 

@@ -23,7 +23,7 @@ class MiniDataConfig:
     out: str = option(help="output folder (train_traces.jsonl, test.jsonl, teacher.jsonl, corpus.jsonl)",
                       flags=("--out",), var="OUT_DIR")
     task: str = option("countdown", "countdown: three numbers and a target, always three pair searches (make demo's "
-                       "task); arithmetic: named sums and products whose dependencies form a different DAG each time",
+                       "task); arithmetic: digit equations whose dependencies form a different DAG each time",
                        choices=TASKS, var="TASK")
     n_test: int = option(200, "held-out problems, drawn like the training ones and never trained on", var="N_TEST")
     n_train: int = option(0, "training traces (0: the task's default: arithmetic 4,000; countdown every other "
@@ -35,7 +35,7 @@ class MiniDataConfig:
         "(greedy decoding follows the majority, which does not)", var="RECHECK_SHARE")
     max_rounds: int = option(3, "arithmetic: most rounds of subtasks (the DAG's depth)", var="MAX_ROUNDS")
     max_width: int = option(4, "arithmetic: most subtasks in one round", var="MAX_WIDTH")
-    max_subtasks: int = option(7, "arithmetic: most subtasks in a problem", var="MAX_SUBTASKS")
+    max_subtasks: int = option(7, "arithmetic: most subtasks in a problem (of three rounds or more: 4)", var="MAX_SUBTASKS")
     beyond: int = option(0, "arithmetic: also write test_beyond.jsonl, this many held-out problems one round deeper "
                          "or one subtask wider than any training problem (generalisation; reported, no target)",
                          var="BEYOND")
