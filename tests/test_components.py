@@ -65,7 +65,9 @@ def by_question(rows: list[dict], reply_for: Callable[[dict], Any]) -> Callable[
 
 
 def run_stage1(inp: Path, out: Path, url: str, **kw: Any):
-    settings = dict(model=MODEL, server_url=url, num_workers=4, timeout=1.0, max_retries=1, progress=False)
+    # 2.5 s: half the scripted timeout reply's delay (5 s), and far above an ordinary reply even on a loaded
+    # machine (at 1 s one ordinary reply timed out there, and its retry changed what a rerun asked for)
+    settings = dict(model=MODEL, server_url=url, num_workers=4, timeout=2.5, max_retries=1, progress=False)
     settings.update(kw)
     return separate_components(str(inp), out, **settings)
 

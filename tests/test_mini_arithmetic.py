@@ -112,6 +112,7 @@ def test_question_and_prompts_read_back() -> None:
     for bad in ("Find A , keeping only last digits .\nA + 1 = B .\nB + 1 = 2 .",   # read before it is defined
                 "Find B , keeping only last digits .\nA + 1 = 5 .",              # asks for an unknown it lacks
                 "Find A , keeping only last digits .\nA * 5 = 5 .",              # several digits solve it
+                "Find A , keeping only last digits .\nA + 4 = 4 .",              # only 0, which no try reaches
                 "Find A , keeping only last digits .\nB + 1 = 5 .",              # not named in order
                 "1 2 + 3 4"):
         with pytest.raises(ValueError):

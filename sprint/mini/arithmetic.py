@@ -7,7 +7,7 @@ keeps only its last digit):
     A + 7 = 3 .
     B * 3 = 4 .
     C * 7 = A .
-    D + 4 = A + B .
+    D + 3 = A + B .
 
 Each equation is a subtask: find the digit that solves it by trying every digit 1-9, one line a try
 (`4 * 3 = 2 , no .`, the one that fits `8 * 3 = 4 , yes .`; all nine, to be sure only one fits, so an
@@ -28,9 +28,10 @@ the slack GRPO can remove); then the digits asked for are added in the plan and 
 
 Why digits and searches (the named multi-digit sums before them are measured in docs/experiments.md,
 "The arithmetic task"): a model of about a million parameters copies single tokens by name (`A is`) and
-from the line above almost at once, but a multi-digit number from a question full of digits only late,
-and that copy was where every deeper problem failed. Here every copy from the question is three tokens
-after a name that starts a line, and every try repeats the line above's operands at a fixed distance.
+from the line above early, but a multi-digit number from a question full of digits only late, and that
+copy was where every deeper problem failed. Here a copy from the question is three one-token values
+after the name that starts a line, and every try repeats the line above's operands at a fixed distance;
+that copy is still the one a 500-step base misses (docs/experiments.md, "Digit equations").
 Deep problems are kept small (`DrawConfig.max_deep`) and the widest problems are the longest, so the
 ideal packing has the paper's Figure 6 shape (the longest quartile gains most).
 
@@ -382,8 +383,8 @@ def parse_problem(text: str) -> Problem:
             raise ValueError(f"{line!r} reads an unknown not defined above it")
         target = int(rhs) if rhs.isdigit() else sum(r.value for r in reads) % 10
         x = solve(op, k, target)
-        if x is None:
-            raise ValueError(f"no single digit solves {line!r}")
+        if not x:  # 0 is no try's digit either
+            raise ValueError(f"no single digit 1-9 solves {line!r}")
         built[name] = Node(x, op, k, reads=reads, number=int(rhs) if rhs.isdigit() else None)
     goal_names = head[1].split(" + ")
     if any(g not in built for g in goal_names):
