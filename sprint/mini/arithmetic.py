@@ -169,8 +169,7 @@ def _pick(rng: random.Random, pool: list[Node], read: set[int]) -> Node:
 
 
 def _widths(rng: random.Random, cfg: DrawConfig) -> list[int]:
-    """The depth first (`DEPTHS`), then each round 1 to
-    `max_width` subtasks wide within that depth's bound."""
+    """The depth first (`DEPTHS`), then each round 1 to `max_width` subtasks wide within that depth's bound."""
     weights = DEPTHS[: cfg.max_rounds] + (DEPTHS[-1],) * (cfg.max_rounds - len(DEPTHS))
     depth = rng.choices(range(1, cfg.max_rounds + 1), weights=weights)[0]
     bound = cfg.max_subtasks if depth < 3 else cfg.max_deep
