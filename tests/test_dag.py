@@ -180,7 +180,8 @@ def stage1_dir(tmp_path: Path) -> tuple[Path, list[dict]]:
 
 
 def run_stage2(inp: Path, out: Path, url: str, **kw: Any):
-    settings = dict(model=MODEL, server_url=url, num_workers=4, timeout=1.0, max_retries=1, progress=False)
+    # 2.5 s: half the scripted timeout reply's delay (5 s), far above an ordinary reply on a loaded machine
+    settings = dict(model=MODEL, server_url=url, num_workers=4, timeout=2.5, max_retries=1, progress=False)
     settings.update(kw)
     return create_dag(str(inp), out, **settings)
 
