@@ -16,6 +16,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -43,6 +44,26 @@ def launch(argv: list[str], log: Path) -> subprocess.Popen:
 
 def slow(handler, delay: float):
     return lambda body, endpoint: Reply(text=handler(body, endpoint), delay=delay)
+
+
+def gated(handler, gate: threading.Event):
+    """Every completion waits until the test opens `gate`: the run that asks holds its lock until then,
+    however slowly the machine starts the other one."""
+    def reply(body, endpoint):
+        if endpoint != "models":
+            gate.wait(timeout=120)
+        return handler(body, endpoint)
+    return reply
+
+
+def wait_for_lock(out: Path, pid: int, timeout: float = 60) -> None:
+    """Until a lock file under `out` names process `pid` (it took the lock)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(str(pid) in f.read_text(errors="replace") for f in out.rglob(LOCK_NAME) if f.is_file()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} took no lock under {out} in {timeout} s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,12 +134,16 @@ def test_two_concurrent_runs_one_refuses_and_nothing_is_duplicated(tmp_path: Pat
         argv = ["orchestrate", "--planner-model", MODEL, "--data", problems_file(tmp_path, n), "--out-dir", str(out),
                 "--prompt-mode", "raw", "--max-problem-workers", "2"]
         url_flag = "--planner-url"
-    srv = scripted_server(slow(handler, 0.2))
+    gate = threading.Event()
+    srv = scripted_server(gated(slow(handler, 0.2), gate))
     argv = [*argv, url_flag, srv.base_url, "--no-progress"]
     first = launch(argv, tmp_path / "first.log")
-    time.sleep(0.5)
-    second = launch(argv, tmp_path / "second.log")
-    assert second.wait(timeout=60) == EXIT_USER
+    try:
+        wait_for_lock(out, first.pid)
+        second = launch(argv, tmp_path / "second.log")
+        assert second.wait(timeout=60) == EXIT_USER
+    finally:
+        gate.set()
     assert first.wait(timeout=120) == EXIT_OK, (tmp_path / "first.log").read_text()
     asked = [b for e, b in srv.requests if e != "models"]
     err = (tmp_path / "second.log").read_text().strip().splitlines()[-1]
