@@ -1,6 +1,6 @@
 """One writer per folder, a clean `--overwrite`, and an evaluation report that is always one set.
 
-- Two identical runs started 0.5 s apart into one folder: one refuses at once naming the other's
+- Two identical runs into one folder, the second started once the first holds the lock: one refuses at once naming the other's
   pid, the other does everything once; nothing is asked twice, no id is recorded twice.
 - A lock left by a killed run (kill -9) is taken over with a notice, and the rerun completes.
 - `--overwrite` leaves nothing of the previous run (records, trajectories, evaluation, cache).
