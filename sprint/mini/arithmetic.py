@@ -51,7 +51,7 @@ from sprint.core.errors import UserError
 from sprint.mini.problems import MiniDataConfig, ProblemRows
 
 QUESTION = "Find {goal} , keeping only last digits ."
-DEFINITION = "{name} {op} {k} = {rhs} ."
+DEFINITION = "{name} {op} {k} = {rhs}"                  # an equation, as the question and its execution write it
 FIRST = "First {names} ."                                # round 1's opening (what needs only numbers): the plan
 NEXT = "Then {names} ."                                  # each later round's opening (what needs those)
 NOW = "Now {name} ."                                     # a subtask's instruction: the prompt
@@ -130,7 +130,7 @@ class Problem:
 
     def equation(self, node: Node) -> str:
         rhs = str(node.number) if node.number is not None else " + ".join(self.name(r) for r in node.reads)
-        return f"{self.name(node)} {node.op} {node.k} = {rhs}"
+        return DEFINITION.format(name=self.name(node), op=node.op, k=node.k, rhs=rhs)
 
     @property
     def question(self) -> str:
@@ -241,8 +241,8 @@ def work_lines(problem: Problem, node: Node) -> list[str]:
         work = add_up([r.value for r in node.reads])
         equation = READS.format(equation=equation, lookups=lookups, name=name, op=node.op, k=node.k, work=work)
     lines = [HEAD.format(equation=equation)]
-    lines += [TRY.format(x=x, op=node.op, k=node.k, v=apply(x, node.op, node.k), verdict="yes" if x == node.value else "no")
-              for x in range(1, 10)]
+    lines += [TRY.format(x=x, op=node.op, k=node.k, v=apply(x, node.op, node.k),
+                         verdict="yes" if x == node.value else "no") for x in range(1, 10)]
     return lines + [RESULT.format(name=name, x=node.value)]
 
 
@@ -377,7 +377,7 @@ def parse_problem(text: str) -> Problem:
         if not match or match[1] != NAMES[i]:
             raise ValueError(f"not an equation of the mini task, named in order: {line!r}")
         name, op, k, rhs = match[1], match[2], int(match[3]), match[4]
-        reads = tuple(built[r] for r in rhs.split(" + ") if r in built) if rhs.isalpha() or "+" in rhs else ()
+        reads = () if rhs.isdigit() else tuple(built[r] for r in rhs.split(" + ") if r in built)
         if not rhs.isdigit() and len(reads) != len(rhs.split(" + ")):
             raise ValueError(f"{line!r} reads an unknown not defined above it")
         target = int(rhs) if rhs.isdigit() else sum(r.value for r in reads) % 10
