@@ -324,7 +324,8 @@ def problem_row(problem: Problem, row_id: str, index: int) -> dict[str, Any]:
 
 
 def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
-    """Held-out problems first (seeded), then as many other training problems, drawn the same way."""
+    """Held-out problems first (seeded), then as many other training problems, drawn the same way, then
+    the problems beyond training's sizes (`--beyond`)."""
     if not 1 <= cfg.max_rounds <= 6 or not 1 <= cfg.max_width <= 6 or cfg.max_subtasks < cfg.max_rounds:
         raise UserError("arithmetic draws need 1 <= --max-rounds <= 6, 1 <= --max-width <= 6 and "
                         f"--max-subtasks >= --max-rounds (got {cfg.max_rounds}, {cfg.max_width}, {cfg.max_subtasks})")
@@ -349,13 +350,14 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
         widths = Shape.of(problem).widths
         return len(widths) > cfg.max_rounds or max(widths) > cfg.max_width
 
-    rows.beyond = [problem_row(fresh(wider, beyond_training), f"ar-beyond-{i:04d}", i) for i in range(cfg.beyond)]
     rechecks = random.Random(f"recheck:{cfg.seed}")  # its own stream: the share changes no problem
     for i in range(cfg.n_train or 4000):
         trace = make_trace(fresh(draw), recheck=rechecks.random() < cfg.recheck_share)
         rows.add_trace({"id": f"ar-{i:05d}", "question": trace.question, "thought": trace.thought,
                         "solution": trace.solution, "answer": str(trace.problem.value)},
                        {"components": trace.components, "dag": trace.dag})
+    # drawn last, so that asking for them changes no training problem
+    rows.beyond = [problem_row(fresh(wider, beyond_training), f"ar-beyond-{i:04d}", i) for i in range(cfg.beyond)]
     return rows
 
 
