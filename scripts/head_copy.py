@@ -1,0 +1,174 @@
+"""How well a mini model copies an arithmetic execution's first line from the question, teacher-forced.
+
+An execution of the arithmetic task opens with its equation copied from the question (`C * 7 = A , where A
+is 6 , ...`). A model that misses the copy solves the wrong equation, and every later step with it, so this
+is the skill the base reasoner has to learn first (docs/experiments.md, "Digit equations"). Teacher-forced
+accuracy of each copied field on held-out sequential rows measures it without a server: the operation (the
+token after the line's name, which no other line starts with), the constant, the right side (a number, or
+the first name it reads) and the looked-up digits (`A is 6`). Constants are reported apart for equations
+whose right side is a number (round 1) and for those that read other unknowns (later rounds, with earlier
+searches' tries in between).
+
+With --train it first trains the model (a copy of MODEL, e.g. OUT/init) for --steps steps in plain PyTorch
+with the mini recipe's settings (batch 16 in micro-batches of 4, AdamW, learning rate 3e-3, cosine to a tenth,
+3 % warmup, bf16 autocast), printing the figures every --every steps: a quick way to watch when the copy forms
+under a given order of the rows (--order: the rows in the order `swift sft` read them, OUT/NAME-train/
+train_order.jsonl; otherwise shuffled by --seed each epoch). The pipeline's models are trained by `swift sft`.
+
+    .venv-swift/bin/python scripts/head_copy.py OUT/base-model OUT/tokenizer OUT/sft/sequential_test.jsonl
+    .venv-swift/bin/python scripts/head_copy.py OUT/init OUT/tokenizer OUT/sft/sequential_test.jsonl \
+        --train OUT/sft/sequential_train.jsonl --steps 1500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from collections import Counter
+
+import torch
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+NAMES = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+LINE_END = "Ġ.Ċ"  # ` .` and the newline: one token of the mini tokenizer
+MICRO = 4        # rows a forward pass (the recipe's per-device batch)
+
+
+def encode(tok: PreTrainedTokenizerFast, row: dict) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids) as ms-swift's chatml template renders a row."""
+    user, answer = row["messages"][0]["content"], row["messages"][1]["content"]
+    prompt = tok.encode(f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+    return prompt, tok.encode(answer + "<|im_end|>")
+
+
+def fields(tokens: list[str]) -> list[tuple[str, int]]:
+    """(field, index) of every copied token of the executions' first lines: a line that starts with a bare
+    name (the question's equations and the executions' first lines are the only ones)."""
+    out = []
+    for i, t in enumerate(tokens):
+        if t not in NAMES or i == 0 or tokens[i - 1] != LINE_END:
+            continue
+        j = i + 4  # name, op, constant, `=`, then the right side up to ` ,`
+        reads = not tokens[j].strip().isdigit()
+        out += [("op", i + 1), ("k " + ("reads" if reads else "number"), i + 2),
+                ("rhs " + ("name" if reads else "number"), j)]
+        while j < len(tokens) and tokens[j] != "Ġ,":
+            j += 1
+        if j + 1 < len(tokens) and tokens[j + 1] == "Ġwhere":
+            j += 2
+            while j < len(tokens) and tokens[j] != "Ġ,":
+                if tokens[j].strip().isdigit():
+                    out.append(("lookup", j))
+                j += 1
+    return out
+
+
+def pad(rows: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, attention mask and labels (-100 but on the answer)."""
+    width = max(len(p) + len(a) for p, a in rows)
+    ids = torch.full((len(rows), width), pad_id)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), -100)
+    for b, (p, a) in enumerate(rows):
+        ids[b, :len(p) + len(a)] = torch.tensor(p + a)
+        mask[b, :len(p) + len(a)] = 1
+        labels[b, len(p):len(p) + len(a)] = torch.tensor(a)
+    return ids, mask, labels
+
+
+@torch.no_grad()
+def accuracy(model, tok, rows, pad_id: int) -> dict[str, float]:
+    """Teacher-forced accuracy of every answer token and of each copied field."""
+    model.eval()
+    hit, seen = Counter(), Counter()
+    for start in range(0, len(rows), 16):
+        chunk = rows[start:start + 16]
+        ids, mask, _ = pad(chunk, pad_id)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            pred = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
+        for b, (p, a) in enumerate(chunk):
+            guess = pred[b, len(p) - 1:len(p) + len(a) - 1].tolist()
+            seen["tokens"] += len(a)
+            hit["tokens"] += sum(g == t for g, t in zip(guess, a))
+            for field, i in fields(tok.convert_ids_to_tokens(a)):
+                seen[field] += 1
+                hit[field] += guess[i] == a[i]
+    model.train()
+    return {f: round(hit[f] / seen[f], 3) for f in sorted(seen)} | {"heads": seen["op"]}
+
+
+def train(model, tok, train_rows, test_rows, args, pad_id: int) -> None:
+    """The recipe's optimiser and schedule in plain PyTorch; figures every --every steps."""
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+    rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.98))
+    warmup = max(1, math.ceil(0.03 * args.steps))
+    rng, queue = random.Random(args.seed), []
+    t0 = time.time()
+    for step in range(args.steps):
+        if args.order:
+            batch = list(range(step * 16, (step + 1) * 16))
+        else:
+            if len(queue) < 16:
+                queue += rng.sample(range(len(train_rows)), len(train_rows))
+            batch = [queue.pop() for _ in range(16)]
+        batch.sort(key=lambda i: -sum(map(len, train_rows[i])))
+        progress = (step - warmup) / max(1, args.steps - warmup)
+        lr = args.lr * ((step + 1) / warmup if step < warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        n_tokens = sum(len(train_rows[i][1]) for i in batch)
+        loss_sum = 0.0
+        for m in range(0, 16, MICRO):
+            ids, mask, labels = pad([train_rows[i] for i in batch[m:m + MICRO]], pad_id)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = model(input_ids=ids, attention_mask=mask).logits
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten(),
+                                                     ignore_index=-100, reduction="sum") / n_tokens
+            loss.backward()
+            loss_sum += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        if (step + 1) % args.every == 0:
+            figures = accuracy(model, tok, test_rows, pad_id)
+            print(json.dumps({"step": step + 1, "seconds": round(time.time() - t0), "loss": round(loss_sum, 4),
+                              **figures}), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="a mini model folder (to train: its random init)")
+    parser.add_argument("tokenizer", help="the mini tokenizer's folder (OUT/tokenizer)")
+    parser.add_argument("rows", help="held-out sequential rows (OUT/sft/sequential_test.jsonl)")
+    parser.add_argument("--train", help="sequential rows to train on first (OUT/sft/sequential_train.jsonl)")
+    parser.add_argument("--order", help="read --train in this order instead (a swift run's train_order.jsonl)")
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--every", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0, help="the shuffle of --train (without --order)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    tok = PreTrainedTokenizerFast(tokenizer_file=f"{args.tokenizer}/tokenizer.json")
+    pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
+
+    def load(path: str) -> list[tuple[list[int], list[int]]]:
+        with open(path, encoding="utf-8") as f:
+            return [encode(tok, json.loads(line)) for line in f if line.strip()]
+
+    test_rows = load(args.rows)
+    model = Qwen2ForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    if args.train or args.order:
+        torch.manual_seed(args.seed)
+        train(model, tok, load(args.order or args.train), test_rows, args, pad_id)
+    else:
+        print(json.dumps(accuracy(model, tok, test_rows, pad_id)))
+
+
+if __name__ == "__main__":
+    main()
