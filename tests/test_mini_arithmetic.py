@@ -33,6 +33,13 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def test_problems_beyond_training_change_no_training_problem(data: Path, tmp_path: Path) -> None:
+    write_mini_data(MiniDataConfig(out=str(tmp_path), task="arithmetic", n_test=60, n_train=300, beyond=0, seed=3))
+    for name in ("train_traces.jsonl", "test.jsonl", "teacher.jsonl"):
+        assert (tmp_path / name).read_bytes() == (data / name).read_bytes(), name
+    assert not (tmp_path / "test_beyond.jsonl").exists() or not (tmp_path / "test_beyond.jsonl").read_text()
+
+
 def test_same_options_same_bytes(data: Path, tmp_path: Path) -> None:
     write_mini_data(MiniDataConfig(out=str(tmp_path), task="arithmetic", n_test=60, n_train=300, beyond=10, seed=3))
     for name in ("train_traces.jsonl", "test.jsonl", "teacher.jsonl", "corpus.jsonl", "test_beyond.jsonl"):
