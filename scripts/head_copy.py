@@ -10,10 +10,11 @@ whose right side is a number (round 1) and for those that read other unknowns (l
 searches' tries in between).
 
 With --train it first trains the model (a copy of MODEL, e.g. OUT/init) for --steps steps in plain PyTorch
-with the mini recipe's settings (batch 16 in micro-batches of 4, AdamW, learning rate 3e-3, cosine to a tenth,
-3 % warmup, bf16 autocast), printing the figures every --every steps: a quick way to watch when the copy forms
-under a given order of the rows (--order: the rows in the order `swift sft` read them, OUT/NAME-train/
-train_order.jsonl; otherwise shuffled by --seed each epoch). The pipeline's models are trained by `swift sft`.
+with the settings of a `sprint finetune` recipe (--recipe, the mini one by default: its batch and micro-batch,
+AdamW with its learning rate, betas, weight decay and warmup, cosine to its minimum; bf16 autocast), printing
+the figures every --every steps: a quick way to watch when the copy forms under a given order of the rows
+(--order: the rows in the order `swift sft` read them, OUT/NAME-train/train_order.jsonl; otherwise shuffled
+by --seed each epoch). The pipeline's models are trained by `swift sft`.
 
     .venv-swift/bin/python scripts/head_copy.py OUT/base-model OUT/tokenizer OUT/sft/sequential_test.jsonl
     .venv-swift/bin/python scripts/head_copy.py OUT/init OUT/tokenizer OUT/sft/sequential_test.jsonl \
@@ -28,13 +29,15 @@ import math
 import random
 import time
 from collections import Counter
+from pathlib import Path
 
 import torch
+import yaml
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 NAMES = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 LINE_END = "Ġ.Ċ"  # ` .` and the newline: one token of the mini tokenizer
-MICRO = 4        # rows a forward pass (the recipe's per-device batch)
+RECIPE = Path(__file__).resolve().parents[1] / "configs" / "finetune_mini.yaml"
 
 
 def encode(tok: PreTrainedTokenizerFast, row: dict) -> tuple[list[int], list[int]]:
@@ -102,29 +105,36 @@ def accuracy(model, tok, rows, pad_id: int) -> dict[str, float]:
 
 def train(model, tok, train_rows, test_rows, args, pad_id: int) -> None:
     """The recipe's optimiser and schedule in plain PyTorch; figures every --every steps."""
-    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
-    rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.98))
-    warmup = max(1, math.ceil(0.03 * args.steps))
+    with open(args.recipe, encoding="utf-8") as f:
+        recipe = yaml.safe_load(f)
+    swift = recipe["swift"]
+    size, micro = recipe["global_batch_size"], swift["per_device_train_batch_size"]
+    lr_max, floor = args.lr or swift["learning_rate"], swift["lr_scheduler_kwargs"]["min_lr_rate"]
+    if args.order and len(train_rows) < args.steps * size:
+        raise SystemExit(f"{args.order}: {len(train_rows)} rows, fewer than {args.steps} steps of {size}")
+    decay = [p for p in model.parameters() if p.dim() > 1]
+    rest = [p for p in model.parameters() if p.dim() <= 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": swift["weight_decay"]},
+                             {"params": rest, "weight_decay": 0.0}], lr=lr_max, betas=(0.9, swift["adam_beta2"]))
+    warmup = max(1, math.ceil(swift["warmup_ratio"] * args.steps))
     rng, queue = random.Random(args.seed), []
     t0 = time.time()
     for step in range(args.steps):
         if args.order:
-            batch = list(range(step * 16, (step + 1) * 16))
+            batch = list(range(step * size, (step + 1) * size))
         else:
-            if len(queue) < 16:
+            if len(queue) < size:
                 queue += rng.sample(range(len(train_rows)), len(train_rows))
-            batch = [queue.pop() for _ in range(16)]
+            batch = [queue.pop() for _ in range(size)]
         batch.sort(key=lambda i: -sum(map(len, train_rows[i])))
         progress = (step - warmup) / max(1, args.steps - warmup)
-        lr = args.lr * ((step + 1) / warmup if step < warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
+        cosine = floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
         for group in opt.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr_max * ((step + 1) / warmup if step < warmup else cosine)
         n_tokens = sum(len(train_rows[i][1]) for i in batch)
         loss_sum = 0.0
-        for m in range(0, 16, MICRO):
-            ids, mask, labels = pad([train_rows[i] for i in batch[m:m + MICRO]], pad_id)
+        for m in range(0, size, micro):
+            ids, mask, labels = pad([train_rows[i] for i in batch[m:m + micro]], pad_id)
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 logits = model(input_ids=ids, attention_mask=mask).logits
             loss = torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten(),
@@ -148,7 +158,9 @@ def main() -> None:
     parser.add_argument("--train", help="sequential rows to train on first (OUT/sft/sequential_train.jsonl)")
     parser.add_argument("--order", help="read --train in this order instead (a swift run's train_order.jsonl)")
     parser.add_argument("--steps", type=int, default=1500)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--recipe", default=str(RECIPE),
+                        help="the `sprint finetune` recipe whose settings --train uses")
+    parser.add_argument("--lr", type=float, default=0.0, help="the peak learning rate (0: the recipe's)")
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0, help="the shuffle of --train (without --order)")
     parser.add_argument("--threads", type=int, default=2)

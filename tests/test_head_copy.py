@@ -12,18 +12,14 @@ import pytest
 
 from sprint.core.data import iter_jsonl
 from sprint.core.errors import UserError
+from sprint.curation.sft_rows import sequential_example
+from sprint.format.prompt_format import sft_user_content
 from sprint.mini.generate import write_mini_data
 from sprint.mini.model import MiniModelConfig, make_model, torch_python
 from sprint.mini.problems import MiniDataConfig
 from sprint.mini.tokenizer import MiniTokenizerConfig, make_tokenizer
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "head_copy.py"
-
-
-def sequential_row(trace: dict) -> dict:
-    return {"id": trace["id"], "messages": [
-        {"role": "user", "content": f"<Question>\n{trace['question']}\n</Question>\n\n"},
-        {"role": "assistant", "content": f"<think>\n{trace['thought']}\n</think>\n\n{trace['solution']}"}]}
 
 
 @pytest.mark.swift
@@ -40,7 +36,8 @@ def test_every_head_is_read_and_the_loop_trains(tmp_path: Path) -> None:
                                num_layers=1, num_heads=1, num_kv_heads=1, intermediate_size=64, seed=1))
     traces = list(iter_jsonl(tmp_path / "data" / "train_traces.jsonl"))
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps(sequential_row(t)) + "\n" for t in traces[:20]))
+    rows.write_text("".join(json.dumps(sequential_example(sft_user_content("", t["question"]), t["id"], t["thought"],
+                                                          t["solution"])) + "\n" for t in traces[:20]))
     heads = sum(t["thought"].count(", try each digit :") for t in traces[:20])
     reads = sum(t["thought"].count(", where ") for t in traces[:20])
     done = subprocess.run([str(python), str(SCRIPT), str(tmp_path / "init"), str(tmp_path / "tok"), str(rows)],
