@@ -7,7 +7,8 @@ accuracy of each copied field on held-out sequential rows measures it without a 
 token after the line's name, which no other line starts with), the constant, the right side (a number, or
 the first name it reads) and the looked-up digits (`A is 6`). Constants are reported apart for equations
 whose right side is a number (round 1) and for those that read other unknowns (later rounds, with earlier
-searches' tries in between).
+searches' tries in between). Where the tokenizer makes an equation's right part one token (`sprint
+mini-tokenizer --phrases`, as the demo's arithmetic task does: ` * 3 = 1`), that token is all three fields.
 
 With --train it first trains the model (a copy of MODEL, e.g. OUT/init) for --steps steps in plain PyTorch
 with the settings of a `sprint finetune` recipe (--recipe, the mini one by default: its batch and micro-batch,
@@ -54,9 +55,13 @@ def fields(tokens: list[str]) -> list[tuple[str, int]]:
     for i, t in enumerate(tokens):
         if t not in NAMES or i == 0 or tokens[i - 1] != LINE_END:
             continue
-        j = i + 4  # name, op, constant, `=`, then the right side up to ` ,`
-        reads = not tokens[j].strip().isdigit()
-        out += [("op", i + 1), ("k " + ("reads" if reads else "number"), i + 2),
+        if "=" in tokens[i + 1]:  # one token ` * 3 = 1` (sprint mini-tokenizer --phrases): all three fields at once
+            j = k = i + 1
+            reads = tokens[j][-1].isalpha()
+        else:  # name, op, constant, `=`, then the right side up to ` ,`
+            j, k = i + 4, i + 2
+            reads = not tokens[j].strip().isdigit()
+        out += [("op", i + 1), ("k " + ("reads" if reads else "number"), k),
                 ("rhs " + ("name" if reads else "number"), j)]
         while j < len(tokens) and tokens[j] != "Ġ,":
             j += 1

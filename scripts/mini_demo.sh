@@ -111,13 +111,18 @@ DATA="$OUT/dag" OUT_DIR="$OUT/sft" PARALLELIZATION_THRESHOLD="$THRESHOLD" TEST_F
 step "4a. the project's own tokenizer and one random-init model"
 # --extra-text: the packed rows' file as plain text, so the plans' wording is learned (with some JSON pieces that
 # never occur in a row); learning from the rows' text instead was measured once: docs/experiments.md "Tokenizer corpus"
-NAMES=(); if [[ "$TASK" == arithmetic ]]; then NAMES=(--execution-names); fi  # its plans cite several results at once
+# arithmetic: its plans cite several results at once (execution names), and each equation's right part (` * 3 = 1`,
+# ` + 3 = A`), each further name of a sum (` + B`) and each lookup's key (` A is`) is one token: the base then copies
+# its equations from the question by step 800 where, three tokens each, it had not by 1,500 in most orders
+# (docs/experiments.md, "Digit equations")
+TOKEN_ARGS=(); if [[ "$TASK" == arithmetic ]]; then
+  TOKEN_ARGS=(--execution-names --phrases ' [+*] [0-9] = [0-9A-Z]| [+] [A-Z]| [A-Z] is'); fi
 # numbers 0..N are one token each: no Countdown problem writes one above HIGH^3 (three numbers multiplied), the
 # arithmetic task none above 9, and the default N=999 would add hundreds of tokens that no trace holds, whose share
 # of the output layer costs 8 % of a step
 MAX_NUMBER=$([[ "$TASK" == arithmetic ]] && echo 9 || echo $(( HIGH ** 3 )))
 "$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl" \
-  "${NAMES[@]}" --max-number "$MAX_NUMBER"
+  "${TOKEN_ARGS[@]}" --max-number "$MAX_NUMBER"
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" \
   --num-heads "$HEADS" --num-kv-heads "$HEADS" --seed 0
 if [[ "$UNTIL" == data ]]; then step "stopped after the data half (UNTIL=data)"; exit 0; fi

@@ -20,18 +20,21 @@ from sprint.mini.problems import MiniDataConfig
 from sprint.mini.tokenizer import MiniTokenizerConfig, make_tokenizer
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "head_copy.py"
+PHRASES = " [+*] [0-9] = [0-9A-Z]| [+] [A-Z]| [A-Z] is"  # the demo's arithmetic tokenizer (scripts/mini_demo.sh)
 
 
 @pytest.mark.swift
 @pytest.mark.slow
-def test_every_head_is_read_and_the_loop_trains(tmp_path: Path) -> None:
+@pytest.mark.parametrize("phrases", ["", PHRASES], ids=["three-tokens", "one-token"])
+def test_every_head_is_read_and_the_loop_trains(tmp_path: Path, phrases: str) -> None:
+    """Every head is found whether its equation's right part is three tokens (`* 3 = 1`) or one."""
     try:
         python = torch_python()
     except UserError as exc:
         pytest.skip(str(exc))
     write_mini_data(MiniDataConfig(out=str(tmp_path / "data"), task="arithmetic", n_test=4, n_train=120, seed=5))
     make_tokenizer(MiniTokenizerConfig(corpus=[str(tmp_path / "data" / "corpus.jsonl")], out=str(tmp_path / "tok"),
-                                       max_number=9))
+                                       max_number=9, phrases=phrases))
     make_model(MiniModelConfig(tokenizer=str(tmp_path / "tok"), out=str(tmp_path / "init"), hidden_size=32,
                                num_layers=1, num_heads=1, num_kv_heads=1, intermediate_size=64, seed=1))
     traces = list(iter_jsonl(tmp_path / "data" / "train_traces.jsonl"))

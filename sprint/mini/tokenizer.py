@@ -109,6 +109,10 @@ class MiniTokenizerConfig:
     execution_names: bool = option(False, "also make each execution's name as a later plan's `Based on` line cites it "
                                    "(` execution_1.2`) one token, up to --max-phase and --max-prompt (the arithmetic "
                                    "task's plans cite several at once)")
+    phrases: str = option("", "a regular expression: each text it matches in the corpus at least --min-frequency "
+                          "times becomes one token (the arithmetic task's equation parts: a copy of one token is "
+                          "learned far sooner than of three; docs/experiments.md, \"Digit equations\")",
+                          metavar="REGEX")
     max_phase: int = option(12, "tags are single tokens up to this phase (<Plan_12>)")
     max_prompt: int = option(8, "... and up to this prompt number (<prompt_12.8>)")
     model_max_length: int = option(4096, "tokenizer_config's model_max_length (the longest sequence meant)")
@@ -117,6 +121,11 @@ class MiniTokenizerConfig:
         for name, low in (("vocab_size", 257), ("min_frequency", 1), ("max_number", 0), ("max_phase", 1),
                           ("max_prompt", 1), ("model_max_length", 16)):
             check_range(MiniTokenizerConfig, name, getattr(self, name), low)
+
+        try:
+            re.compile(self.phrases)
+        except re.error as exc:
+            raise UserError(f"--phrases {self.phrases!r} is not a regular expression ({exc})") from None
 
     def field_names(self) -> list[str]:
         names = [f.strip() for f in self.fields.split(",") if f.strip()]
@@ -164,6 +173,15 @@ def reference_pieces(cfg: MiniTokenizerConfig) -> list[str]:
     return [f" execution_{p}.{k}" for p in range(1, cfg.max_phase + 1) for k in range(1, cfg.max_prompt + 1)]
 
 
+def phrase_pieces(texts: Sequence[str], cfg: MiniTokenizerConfig) -> list[str]:
+    """The --phrases matches seen at least --min-frequency times, sorted (the same corpus, the same ids)."""
+    if not cfg.phrases:
+        return []
+    pattern = re.compile(cfg.phrases)
+    counts = Counter(m[0] for text in texts for m in pattern.finditer(text) if m[0])
+    return sorted(p for p, n in counts.items() if n >= cfg.min_frequency)
+
+
 def number_pieces(cfg: MiniTokenizerConfig) -> list[str]:
     """The numbers that must be one token, in their forms (a bare digit is a byte token anyway)."""
     spaced = [f" {n}" for n in range(cfg.max_number + 1)] if cfg.number_forms != "bare" else []
@@ -188,8 +206,9 @@ def _added(content: str, special: bool = False) -> AddedToken:
     return AddedToken(content, single_word=False, lstrip=False, rstrip=False, normalized=False, special=special)
 
 
-def train_tokenizer(texts: Sequence[str], cfg: MiniTokenizerConfig, extra: str = "") -> Tokenizer:
-    """Learn the BPE merges from the texts (plus `extra`), then add special tokens, tags and numbers."""
+def train_tokenizer(texts: Sequence[str], cfg: MiniTokenizerConfig, extra: str = "",
+                    phrases: Sequence[str] = ()) -> Tokenizer:
+    """Learn the BPE merges from the texts (plus `extra`), then add special tokens, tags, numbers and phrases."""
     tok = empty_tokenizer(cfg.pipeline)
     trainer = trainers.BpeTrainer(vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
@@ -203,6 +222,7 @@ def train_tokenizer(texts: Sequence[str], cfg: MiniTokenizerConfig, extra: str =
     tok.add_tokens([_added(t) for t in reference_pieces(cfg)])  # none without --execution-names
     if cfg.pipeline == QWEN2:  # its split gives one digit per piece, so BPE can never join a number
         tok.add_tokens([_added(n) for n in number_pieces(cfg)])
+    tok.add_tokens([_added(p) for p in phrases])  # added tokens match first, the longest where several start
     return tok
 
 
@@ -273,7 +293,8 @@ def make_tokenizer(cfg: MiniTokenizerConfig) -> dict[str, Any]:
         except OSError as exc:
             raise UserError(f"cannot read --extra-text {cfg.extra_text} ({exc.strerror}); "
                             "pass a text file or none") from None
-    tok = train_tokenizer(texts, cfg, extra)
+    phrases = phrase_pieces(texts, cfg)
+    tok = train_tokenizer(texts, cfg, extra, phrases)
     missing = missing_pieces(tok, cfg)
     if missing:
         shown = ", ".join(repr(m) for m in missing[:5])
@@ -287,6 +308,7 @@ def make_tokenizer(cfg: MiniTokenizerConfig) -> dict[str, Any]:
         "tags": len(sprint_tags(cfg.max_phase, cfg.max_prompt)),
         "references": len(reference_pieces(cfg)),
         "number_tokens": len(number_pieces(cfg)) if cfg.pipeline == QWEN2 else 0,  # added; exact learns them
+        "phrase_tokens": len(phrases),
         "special_tokens": {t: tok.token_to_id(t) for t in SPECIAL_TOKENS},
         "common_pieces": n_common,
         "common_pieces_split": len(split_common),
@@ -323,7 +345,8 @@ def handle(args: argparse.Namespace) -> int:
     stats = summary["corpus"]
     print(f"{cfg.pipeline} tokenizer written to {cfg.out}: vocabulary {summary['vocab_size']} "
           f"({summary['bpe_vocab_size']} BPE, {len(SPECIAL_TOKENS)} special, {summary['tags']} tags, "
-          f"{summary['references']} execution names, {summary['number_tokens']} numbers); {stats['texts']} corpus texts, {stats['mean_tokens_per_text']} tokens "
+          f"{summary['references']} execution names, {summary['number_tokens']} numbers, "
+          f"{summary['phrase_tokens']} phrases); {stats['texts']} corpus texts, {stats['mean_tokens_per_text']} tokens "
           f"per text on average ({stats['chars_per_token']} characters per token)")
     if summary["common_pieces_split"]:
         print(f"note: {summary['common_pieces_split']} common pieces are still split (the --vocab-size cap), "
