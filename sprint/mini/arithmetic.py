@@ -31,7 +31,8 @@ Why digits and searches (the named multi-digit sums before them are measured in 
 from the line above early, but a multi-digit number from a question full of digits only late, and that
 copy was where every deeper problem failed. Here a copy from the question is three one-token values
 after the name that starts a line, and every try repeats the line above's operands at a fixed distance;
-that copy is still the one a 500-step base misses (docs/experiments.md, "Digit equations").
+the demo's tokenizer makes each right part one token (` * 3 = 1`), so the copy is one token after the name,
+learned far sooner than three (docs/experiments.md, "Digit equations").
 Deep problems are kept small (`DrawConfig.max_deep`) and the widest problems are the longest, so the
 ideal packing has the paper's Figure 6 shape (the longest quartile gains most).
 
