@@ -111,12 +111,11 @@ DATA="$OUT/dag" OUT_DIR="$OUT/sft" PARALLELIZATION_THRESHOLD="$THRESHOLD" TEST_F
 step "4a. the project's own tokenizer and one random-init model"
 # --extra-text: the packed rows' file as plain text, so the plans' wording is learned (with some JSON pieces that
 # never occur in a row); learning from the rows' text instead was measured once: docs/experiments.md "Tokenizer corpus"
-# arithmetic: its plans cite several results at once (execution names), and each equation's right part (` * 3 = 1`,
-# ` + 3 = A`), each further name of a sum (` + B`) and each lookup's key (` A is`) is one token: the base then copies
-# its equations from the question by step 800 where, three tokens each, it had not by 1,500 in most orders
-# (docs/experiments.md, "Digit equations")
+# arithmetic: its plans cite several results at once (execution names), and each equation's right part (` * 3 = 1`)
+# is one token (sprint.mini.arithmetic.PHRASES): the base then copies its equations from the question by step 800
+# where, three tokens each, it had not by 1,500 in most orders (docs/experiments.md, "Digit equations")
 TOKEN_ARGS=(); if [[ "$TASK" == arithmetic ]]; then
-  TOKEN_ARGS=(--execution-names --phrases ' [+*] [0-9] = [0-9A-Z]| [+] [A-Z]| [A-Z] is'); fi
+  TOKEN_ARGS=(--execution-names --phrases "$("$PY" -c 'from sprint.mini.arithmetic import PHRASES; print(PHRASES)')"); fi
 # numbers 0..N are one token each: no Countdown problem writes one above HIGH^3 (three numbers multiplied), the
 # arithmetic task none above 9, and the default N=999 would add hundreds of tokens that no trace holds, whose share
 # of the output layer costs 8 % of a step

@@ -14,13 +14,13 @@ from sprint.core.data import iter_jsonl
 from sprint.core.errors import UserError
 from sprint.curation.sft_rows import sequential_example
 from sprint.format.prompt_format import sft_user_content
+from sprint.mini.arithmetic import PHRASES
 from sprint.mini.generate import write_mini_data
 from sprint.mini.model import MiniModelConfig, make_model, torch_python
 from sprint.mini.problems import MiniDataConfig
 from sprint.mini.tokenizer import MiniTokenizerConfig, make_tokenizer
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "head_copy.py"
-PHRASES = " [+*] [0-9] = [0-9A-Z]| [+] [A-Z]| [A-Z] is"  # the demo's arithmetic tokenizer (scripts/mini_demo.sh)
 
 
 @pytest.mark.swift

@@ -254,9 +254,6 @@ def test_execution_names_are_one_token_when_asked(corpus: Path, tmp_path: Path) 
     assert json.loads((tmp_path / "t" / "mini_tokenizer.json").read_text())["references"] == 12 * 8
 
 
-ARITHMETIC_PHRASES = " [+*] [0-9] = [0-9A-Z]| [+] [A-Z]| [A-Z] is"  # as scripts/mini_demo.sh passes them
-
-
 def test_phrases_become_one_token_each(tmp_path: Path) -> None:
     """--phrases (the arithmetic task's equation parts): each match the corpus holds --min-frequency times is one
     token, in context too and as transformers rebuilds a qwen2 folder's tokenizer; rarer matches stay text."""
@@ -265,14 +262,14 @@ def test_phrases_become_one_token_each(tmp_path: Path) -> None:
     path = tmp_path / "corpus.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in [*texts, "Q + 9 = Z once ."]))
     cfg = MiniTokenizerConfig(corpus=[str(path)], out=str(tmp_path / "t"), fields="text", extra_text="none",
-                              max_number=9, phrases=ARITHMETIC_PHRASES)
+                              max_number=9, phrases=arithmetic.PHRASES)
     summary = make_tokenizer(cfg)
     fast = Tokenizer.from_file(str(tmp_path / "t" / "tokenizer.json"))
     line = "C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :\n1 * 7 = 7 , no ."
     assert fast.encode(line).tokens[:6] == ["C", " * 7 = A", "Ġ,", "Ġwhere", " A is", " 6"]
     assert " * 7 = 7" in fast.encode(line).tokens
     assert len(fast.encode(" + 9 = Z", add_special_tokens=False).ids) > 1  # seen once: not a phrase
-    assert summary["phrase_tokens"] == len({m for t in texts for m in re.findall(ARITHMETIC_PHRASES, t)
+    assert summary["phrase_tokens"] == len({m for t in texts for m in re.findall(arithmetic.PHRASES, t)
                                             if sum(x.count(m) for x in texts) >= 2})
     rebuilt = AutoTokenizer.from_pretrained(as_model_folder(tmp_path / "t", tmp_path / "model", "qwen2"))
     for text in texts[:5] + [line]:

@@ -72,6 +72,10 @@ MERGE = 0.4          # chance that an equation above round 1 also reads a second
 # many of them would leave the shorter half of the problems little to gain (overall ratio)
 DEPTHS = (0.25, 0.45, 0.30)
 MAX_GOAL = 4         # most unknowns in the sum asked for (the DAG's sinks)
+# `sprint mini-tokenizer --phrases` for this task (scripts/mini_demo.sh): each right part (` * 3 = 1`, ` + 3 = A`),
+# each further name of a sum (` + B`) and each lookup's key (` A is`) one token, so an equation is copied from the
+# question as one token after its name (docs/experiments.md, "Digit equations")
+PHRASES = " [+*] [0-9] = [0-9A-Z]| [+] [A-Z]| [A-Z] is"
 
 
 def apply(x: int, op: str, k: int) -> int:
