@@ -1,6 +1,6 @@
 """How well a mini model copies an arithmetic execution's first line from the question, teacher-forced.
 
-An execution of the arithmetic task opens with its equation copied from the question (`C * 7 = A , where A
+An execution of the arithmetic task opens with its equation copied from the question (`C *7 =A , where A
 is 6 , ...`). A model that misses the copy solves the wrong equation, and every later step with it, so this
 is the skill the base reasoner has to learn first (docs/experiments.md, "Digit equations"). Teacher-forced
 accuracy of each copied field on held-out sequential rows measures it without a server: the operation (the
@@ -8,7 +8,7 @@ token after the line's name, which no other line starts with), the constant, the
 the first name it reads) and the looked-up digits (`A is 6`). Constants are reported apart for equations
 whose right side is a number (round 1) and for those that read other unknowns (later rounds, with earlier
 searches' tries in between). Where the tokenizer makes an equation's right part one token (`sprint
-mini-tokenizer --phrases`, as the demo's arithmetic task does: ` * 3 = 1`), that token is all three fields.
+mini-tokenizer --phrases`, as the demo's arithmetic task does: ` *3 =1`), that token is all three fields.
 
 With --train it first trains the model (a copy of MODEL, e.g. OUT/init) for --steps steps in plain PyTorch
 with the settings of a `sprint finetune` recipe (--recipe, the mini one by default: its batch and micro-batch,
@@ -55,7 +55,7 @@ def fields(tokens: list[str]) -> list[tuple[str, int]]:
     for i, t in enumerate(tokens):
         if t not in NAMES or i == 0 or tokens[i - 1] != LINE_END:
             continue
-        if "=" in tokens[i + 1]:  # one token ` * 3 = 1` (sprint mini-tokenizer --phrases): all three fields at once
+        if "=" in tokens[i + 1]:  # one token ` *3 =1` (sprint mini-tokenizer --phrases): all three fields at once
             j = k = i + 1
             reads = tokens[j][-1].isalpha()
         else:  # name, op, constant, `=`, then the right side up to ` ,`
