@@ -8,11 +8,14 @@ token after the line's name, which no other line starts with), the constant, the
 the first name it reads) and the looked-up digits (`A is 6`). Constants are reported apart for equations
 whose right side is a number (round 1) and for those that read other unknowns (later rounds, with earlier
 searches' tries in between). Where the tokenizer makes an equation's right part one token (`sprint
-mini-tokenizer --phrases`, as the demo's arithmetic task does: ` *3 =1`), that token is all three fields.
+mini-tokenizer --phrases`, as the demo's arithmetic task does: ` *3 =1`), each field is read from that
+token apart (a guess that keeps the operation and constant but not the right side shows so), and `equation` is the
+whole token.
 
 With --train it first trains the model (a copy of MODEL, e.g. OUT/init) for --steps steps in plain PyTorch
 with the settings of a `sprint finetune` recipe (--recipe, the mini one by default: its batch and micro-batch,
-AdamW with its learning rate, betas, weight decay and warmup, cosine to its minimum; bf16 autocast), printing
+AdamW with its learning rate, betas, weight decay and warmup, cosine to its minimum; bf16 autocast where the CPU
+has bf16 instructions, float32 elsewhere, as `sprint finetune` does), printing
 the figures every --every steps: a quick way to watch when the copy forms under a given order of the rows
 (--order: the rows in the order `swift sft` read them, OUT/NAME-train/train_order.jsonl; otherwise shuffled
 by --seed each epoch). The pipeline's models are trained by `swift sft`.
@@ -28,6 +31,7 @@ import argparse
 import json
 import math
 import random
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,8 +41,12 @@ import yaml
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 NAMES = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+FUSED = re.compile(r"^ ([+*])([0-9]) =([0-9A-Z])$")  # a right part made one token: operation, constant, right side
 LINE_END = "Ġ.Ċ"  # ` .` and the newline: one token of the mini tokenizer
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "finetune_mini.yaml"
+# bf16 autocast only where the CPU multiplies bf16 in hardware (sprint.training.finetune.cpu_has_bf16, not importable
+# from ms-swift's venv): elsewhere PyTorch emulates bf16 products, hundreds of times slower than float32
+BF16 = bool({"avx512_bf16", "amx_bf16"} & set(Path("/proc/cpuinfo").read_text(errors="replace").split()))
 
 
 def encode(tok: PreTrainedTokenizerFast, row: dict) -> tuple[list[int], list[int]]:
@@ -55,9 +63,10 @@ def fields(tokens: list[str]) -> list[tuple[str, int]]:
     for i, t in enumerate(tokens):
         if t not in NAMES or i == 0 or tokens[i - 1] != LINE_END:
             continue
-        if "=" in tokens[i + 1]:  # one token ` *3 =1` (sprint mini-tokenizer --phrases): all three fields at once
+        if FUSED.match(tokens[i + 1]):  # one token ` *3 =1` (sprint mini-tokenizer --phrases): all three fields at once
             j = k = i + 1
             reads = tokens[j][-1].isalpha()
+            out.append(("equation " + ("reads" if reads else "number"), j))
         else:  # name, op, constant, `=`, then the right side up to ` ,`
             j, k = i + 4, i + 2
             reads = not tokens[j].strip().isdigit()
@@ -72,6 +81,16 @@ def fields(tokens: list[str]) -> list[tuple[str, int]]:
                     out.append(("lookup", j))
                 j += 1
     return out
+
+
+def copied(field: str, want: str, guess: str) -> bool:
+    """Whether the guess copies the field: of a fused right part the field's own part (so a miss that keeps the
+    operation and constant but not the right side shows as such), of any other token the whole token."""
+    w, g = FUSED.match(want), FUSED.match(guess)
+    part = {"op": 1, "k": 2, "rhs": 3}.get(field.split()[0])
+    if not w or part is None:
+        return want == guess
+    return bool(g) and g.group(part) == w.group(part)
 
 
 def pad(rows: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -95,15 +114,16 @@ def accuracy(model, tok, rows, pad_id: int) -> dict[str, float]:
     for start in range(0, len(rows), 16):
         chunk = rows[start:start + 16]
         ids, mask, _ = pad(chunk, pad_id)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=BF16):
             pred = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
         for b, (p, a) in enumerate(chunk):
             guess = pred[b, len(p) - 1:len(p) + len(a) - 1].tolist()
             seen["tokens"] += len(a)
             hit["tokens"] += sum(g == t for g, t in zip(guess, a))
-            for field, i in fields(tok.convert_ids_to_tokens(a)):
+            wanted, guessed = tok.convert_ids_to_tokens(a), tok.convert_ids_to_tokens(guess)
+            for field, i in fields(wanted):
                 seen[field] += 1
-                hit[field] += guess[i] == a[i]
+                hit[field] += copied(field, wanted[i], guessed[i])
     model.train()
     return {f: round(hit[f] / seen[f], 3) for f in sorted(seen)} | {"heads": seen["op"]}
 
@@ -140,7 +160,7 @@ def train(model, tok, train_rows, test_rows, args, pad_id: int) -> None:
         loss_sum = 0.0
         for m in range(0, size, micro):
             ids, mask, labels = pad([train_rows[i] for i in batch[m:m + micro]], pad_id)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=BF16):
                 logits = model(input_ids=ids, attention_mask=mask).logits
             loss = torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten(),
                                                      ignore_index=-100, reduction="sum") / n_tokens

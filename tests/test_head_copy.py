@@ -48,7 +48,8 @@ def test_every_head_is_read_and_the_loop_trains(tmp_path: Path, phrases: str) ->
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["heads"] == heads and 0 < reads < heads  # one of each, both kinds of head present
-    assert set(figures) == {"heads", "tokens", "op", "k number", "k reads", "rhs number", "rhs name", "lookup"}
+    fused = {"equation number", "equation reads"} if phrases else set()  # the whole fused token, beside its fields
+    assert set(figures) == {"heads", "tokens", "op", "k number", "k reads", "rhs number", "rhs name", "lookup", *fused}
     assert all(0 <= v <= 1 for k, v in figures.items() if k != "heads")
     done = subprocess.run([str(python), str(SCRIPT), str(tmp_path / "init"), str(tmp_path / "tok"), str(rows),
                            "--train", str(rows), "--steps", "2", "--every", "1", "--threads", "1"],

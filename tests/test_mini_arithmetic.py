@@ -96,7 +96,7 @@ def test_the_equations_are_the_dag() -> None:
     assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["A"], ["B"], ["C"]]
     trace = make_trace(wide)
     assert trace.lines[:2] == ["First A , B .", "Now A ."]
-    assert "Then C , D ." in trace.lines and trace.lines[-1] == "That is all : C + D = 2 + 8 = 0 ."
+    assert "Then C , D ." in trace.lines and trace.lines[-1] == "That is all : C is 2 and D is 8 , so 2 + 8 = 0 ."
     assert trace.solution == "The answer is \\boxed{ 0 } ."
     assert trace.dag[str(len(trace.components))] == sorted([4, 5, 6])  # the sum reads C and D and its round's opening
 

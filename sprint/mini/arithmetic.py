@@ -24,7 +24,8 @@ The sequential trace works as R1 would: each round opens with the subtasks it ca
 later `Then C , D .`), then each subtask in turn
 (`Now C .`; its equation restated with the digits it reads, looked up in the words of their results,
 `where A is 6`; the tries; `So C is 8 .`); a share of traces checks the last search once more (R1's habit,
-the slack GRPO can remove); then the digits asked for are added in the plan and boxed.
+the slack GRPO can remove); then the digits asked for are looked up the same way and added in the plan
+(`That is all : C is 8 and D is 1 , so 8 + 1 = 9 .`), and the sum boxed.
 
 Why digits and searches (the named multi-digit sums before them are measured in docs/experiments.md,
 "The arithmetic task"): a model of about a million parameters copies single tokens by name (`A is`) and
@@ -254,11 +255,12 @@ def work_lines(problem: Problem, node: Node) -> list[str]:
 
 
 def done_line(problem: Problem) -> str:
-    """The digits asked for, added in the plan: `C + D = 8 + 1 = 9` (one: `D is 1`)."""
+    """The digits asked for, each looked up in the words of its result as a search's head looks up what it
+    reads, then added in the plan: `C is 8 and D is 1 , so 8 + 1 = 9` (one: `D is 1`)."""
+    lookups = " and ".join(LOOKUP.format(name=problem.name(n), value=n.value) for n in problem.goal)
     if len(problem.goal) == 1:
-        return DONE.format(work=LOOKUP.format(name=problem.name(problem.goal[0]), value=problem.value))
-    names = " + ".join(problem.name(n) for n in problem.goal)
-    return DONE.format(work=f"{names} = {add_up([n.value for n in problem.goal])}")
+        return DONE.format(work=lookups)
+    return DONE.format(work=f"{lookups} , so {add_up([n.value for n in problem.goal])}")
 
 
 @dataclass(frozen=True)
