@@ -20,6 +20,7 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -476,7 +477,8 @@ def test_the_breaker_trips_after_n_connection_failures_in_a_row_and_an_answer_re
 
     async def flaky(*args: Any, **kw: Any) -> Any:
         if next(failures):
-            raise openai.APIConnectionError(request=None)  # type: ignore[arg-type]
+            # a stand-in request: all the error reads of it is its headers (openai 1.x-3.x)
+            raise openai.APIConnectionError(request=SimpleNamespace(headers={}))  # type: ignore[arg-type]
         return await real(*args, **kw)
 
     real = client._attempt
