@@ -1,6 +1,6 @@
 """How well a mini model copies an arithmetic execution's first line from the question, teacher-forced.
 
-An execution of the arithmetic task opens with its equation copied from the question (`C *7 =A , where A
+An execution of the arithmetic task opens with its equation copied from the question (`C * 7 = A , where A
 is 6 , ...`). A model that misses the copy solves the wrong equation, and every later step with it, so this
 is the skill the base reasoner has to learn first (docs/experiments.md, "Digit equations"). Teacher-forced
 accuracy of each copied field on held-out sequential rows measures it without a server: the operation (the
@@ -8,7 +8,7 @@ token after the line's name, which no other line starts with), the constant, the
 the first name it reads) and the looked-up digits (`A is 6`). Constants are reported apart for equations
 whose right side is a number (round 1) and for those that read other unknowns (later rounds, with earlier
 searches' tries in between). Where the tokenizer makes an equation's right part one token (`sprint
-mini-tokenizer --phrases`, as the demo's arithmetic task does: ` *3 =1`), each field is read from that
+mini-tokenizer --phrases`, as the demo's arithmetic task does: ` * 3 = 1`), each field is read from that
 token apart (a guess that keeps the operation and constant but not the right side shows so), and `equation` is the
 whole token.
 
@@ -41,7 +41,7 @@ import yaml
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 NAMES = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-FUSED = re.compile(r"^ ([+*]) ?([0-9]) = ?([0-9A-Z])$")  # a right part made one token (` *3 =1`, or ` * 3 = 1`)
+FUSED = re.compile(r"^ ([+*]) ?([0-9]) = ?([0-9A-Z])$")  # a right part made one token (` * 3 = 1`; ` *3 =1` without spaces)
 LINE_END = "Ġ.Ċ"  # ` .` and the newline: one token of the mini tokenizer
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "finetune_mini.yaml"
 # bf16 autocast only where the CPU multiplies bf16 in hardware (sprint.training.finetune.cpu_has_bf16, not importable
@@ -63,7 +63,7 @@ def fields(tokens: list[str]) -> list[tuple[str, int]]:
     for i, t in enumerate(tokens):
         if t not in NAMES or i == 0 or tokens[i - 1] != LINE_END:
             continue
-        if FUSED.match(tokens[i + 1]):  # one token ` *3 =1` (sprint mini-tokenizer --phrases): all three fields at once
+        if FUSED.match(tokens[i + 1]):  # one token ` * 3 = 1` (sprint mini-tokenizer --phrases): all three fields at once
             j = k = i + 1
             reads = tokens[j][-1].isalpha()
             out.append(("equation " + ("reads" if reads else "number"), j))

@@ -47,14 +47,14 @@ def test_same_options_same_bytes(data: Path, tmp_path: Path) -> None:
 
 
 def test_a_search_tries_every_digit() -> None:
-    problem = parse_problem(_question("Find B , keeping only last digits .", "A +7 =3 .", "B *3 =A + A ."))
+    problem = parse_problem(_question("Find B , keeping only last digits .", "A + 7 = 3 .", "B * 3 = A + A ."))
     a, b = problem.order
     assert (a.value, b.value) == (6, 4) and b.target == 2
     lines = work_lines(problem, a)
-    assert lines[0] == "A +7 =3 , try each digit :" and len(lines) == 11
+    assert lines[0] == "A + 7 = 3 , try each digit :" and len(lines) == 11
     assert lines[1] == "1 + 7 = 8 , no ." and lines[6] == "6 + 7 = 3 , yes ." and lines[-1] == "So A is 6 ."
     later = work_lines(problem, b)
-    assert later[0] == "B *3 =A + A , where A is 6 and A is 6 , so B * 3 = 6 + 6 = 2 , try each digit :"
+    assert later[0] == "B * 3 = A + A , where A is 6 and A is 6 , so B * 3 = 6 + 6 = 2 , try each digit :"
     assert later[4] == "4 * 3 = 2 , yes ." and later[-1] == "So B is 4 ."
     assert add_up([6, 2, 3]) == "6 + 2 + 3 = 8 + 3 = 1" and add_up([5]) == "5"
 
@@ -88,11 +88,11 @@ def _question(*lines: str) -> str:
 
 def test_the_equations_are_the_dag() -> None:
     """Independent subtasks share a round, a chain has one per round, and the question asks for the sinks."""
-    wide = parse_problem(_question("Find C + D , keeping only last digits .", "A +1 =5 .", "B *3 =6 .", "C +2 =A .",
-                                   "D *7 =A + B ."))
+    wide = parse_problem(_question("Find C + D , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + 2 = A .",
+                                   "D * 7 = A + B ."))
     assert Shape.of(wide).widths == (2, 2) and subtasks(wide) == [["A", "B"], ["C", "D"]]
     assert [n.value for n in wide.order] == [4, 2, 2, 8] and wide.value == 0
-    chain = parse_problem(_question("Find C , keeping only last digits .", "A +1 =5 .", "B *3 =A .", "C +2 =B ."))
+    chain = parse_problem(_question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = A .", "C + 2 = B ."))
     assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["A"], ["B"], ["C"]]
     trace = make_trace(wide)
     assert trace.lines[:2] == ["First A , B .", "Now A ."]
@@ -110,17 +110,17 @@ def test_question_and_prompts_read_back() -> None:
         assert [n.value for n in again.order] == [n.value for n in problem.order]
     assert read_prompt("Now B .") == "B" and read_prompt("Now 2 .") is None and read_prompt("hello") is None
     assert read_result("x\nSo A is 3 .\nSo B is 4 .") == ("B", 4) and read_result("So 2 + 3 = 5 .") is None
-    step = read_step("D *7 =A + B , where A is 4 and B is 2 , so D * 7 = 4 + 2 = 6 , try each digit :\n1 * 7")
+    step = read_step("D * 7 = A + B , where A is 4 and B is 2 , so D * 7 = 4 + 2 = 6 , try each digit :\n1 * 7")
     assert step == Step("*", 7, {"A": 4, "B": 2}, 6, True)
-    assert read_step("A +1 =5 , try each digit :") == Step("+", 1, {}, 5, True)
-    slip = read_step("D *7 =A + B , where A is 4 and B is 2 , so D * 7 = 4 + 2 = 7 , try each digit :")
+    assert read_step("A + 1 = 5 , try each digit :") == Step("+", 1, {}, 5, True)
+    slip = read_step("D * 7 = A + B , where A is 4 and B is 2 , so D * 7 = 4 + 2 = 7 , try each digit :")
     assert slip is not None and not slip.sum_right
     assert read_step("1 + 1 = 2 , no .") is None
-    for bad in ("Find A , keeping only last digits .\nA +1 =B .\nB +1 =2 .",   # read before it is defined
-                "Find B , keeping only last digits .\nA +1 =5 .",              # asks for an unknown it lacks
-                "Find A , keeping only last digits .\nA *5 =5 .",              # several digits solve it
-                "Find A , keeping only last digits .\nA +4 =4 .",              # only 0, which no try reaches
-                "Find A , keeping only last digits .\nB +1 =5 .",              # not named in order
+    for bad in ("Find A , keeping only last digits .\nA + 1 = B .\nB + 1 = 2 .",   # read before it is defined
+                "Find B , keeping only last digits .\nA + 1 = 5 .",              # asks for an unknown it lacks
+                "Find A , keeping only last digits .\nA * 5 = 5 .",              # several digits solve it
+                "Find A , keeping only last digits .\nA + 4 = 4 .",              # only 0, which no try reaches
+                "Find A , keeping only last digits .\nB + 1 = 5 .",              # not named in order
                 "1 2 + 3 4"):
         with pytest.raises(ValueError):
             parse_problem(bad)
@@ -171,13 +171,13 @@ def test_stages_1_to_3_over_the_teacher_pack_the_ideal_plans(data: Path, tmp_pat
 
 
 def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
-    question = _question("Find C , keeping only last digits .", "A +1 =5 .", "B *3 =6 .", "C +2 =A + B .")
+    question = _question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + 2 = A + B .")
     good = ("<Question>\n" + question + "\n</Question>\n\n<Plan_1>\nFirst .\n\n<prompt_1.1> Now B . </prompt_1.1>"
             "\n\n<prompt_1.2> Now A . </prompt_1.2>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n"
-            "B *3 =6 , try each digit :\nSo B is 3 .\n</execution_1.1>\n\n<execution_1.2>\n"
-            "A +1 =5 , try each digit :\nSo A is 4 .\n</execution_1.2>\n</Execution_1>\n\n"
+            "B * 3 = 6 , try each digit :\nSo B is 3 .\n</execution_1.1>\n\n<execution_1.2>\n"
+            "A + 1 = 5 , try each digit :\nSo A is 4 .\n</execution_1.2>\n</Execution_1>\n\n"
             "<Plan_2>\n<prompt_2.1> Now C . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
-            "C +2 =A + B , where A is 4 and B is 3 , so C + 2 = 4 + 3 = 7 , try each digit :\nSo C is 5 .\n"
+            "C + 2 = A + B , where A is 4 and B is 3 , so C + 2 = 4 + 3 = 7 , try each digit :\nSo C is 5 .\n"
             "</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n\\boxed{ 5 }\n</Final_answer>")
     # 3 * 3 is 9, not 6: the executor's slip; the plan, and the copy of what it reported, are still right
     reading = read_plan({"id": "a", "question": question, "trajectory": good})

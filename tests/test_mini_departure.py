@@ -10,7 +10,7 @@ from pathlib import Path
 from sprint.mini.arithmetic import DrawConfig, draw_problem, make_trace, parse_problem
 from sprint.mini.departure import KINDS, RIGHT, UNREAD, departures, first_departure, format_departures, kind_of
 
-QUESTION = "Find C + D , keeping only last digits .\nA +7 =3 .\nB *3 =4 .\nC *7 =A .\nD +3 =A + B ."
+QUESTION = "Find C + D , keeping only last digits .\nA + 7 = 3 .\nB * 3 = 4 .\nC * 7 = A .\nD + 3 = A + B ."
 
 
 def generation(lines: list[str]) -> str:
@@ -57,7 +57,7 @@ def test_a_runs_records_are_counted_by_kind(tmp_path: Path) -> None:
     lines = format_departures(seen)
     assert lines[0].endswith("of 5  the generator's trace, line for line")
     at = lines.index("   1 of 5  " + KINDS["lookup head"])
-    assert lines[at + 1].startswith("          e.g. want: C *7 =A , where A is 6 , so C * 7 = 6")
+    assert lines[at + 1].startswith("          e.g. want: C * 7 = A , where A is 6 , so C * 7 = 6")
     assert lines[at + 2].endswith(" x")
 
 

@@ -260,16 +260,15 @@ def test_phrases_become_one_token_each(tmp_path: Path) -> None:
     problems = [arithmetic.draw_problem(random.Random(i), arithmetic.DrawConfig()) for i in range(40)]
     texts = [t.question + "\n" + t.thought for t in map(arithmetic.make_trace, problems)]
     path = tmp_path / "corpus.jsonl"
-    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in [*texts, "Q +9 =Z once ."]))
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in [*texts, "Q + 9 = Z once ."]))
     cfg = MiniTokenizerConfig(corpus=[str(path)], out=str(tmp_path / "t"), fields="text", extra_text="none",
                               max_number=9, phrases=arithmetic.PHRASES)
     summary = make_tokenizer(cfg)
     fast = Tokenizer.from_file(str(tmp_path / "t" / "tokenizer.json"))
-    line = "C *7 =A , where A is 6 , so C * 7 = 6 , try each digit :\n1 * 7 = 7 , no ."
-    assert fast.encode(line).tokens[:6] == ["C", " *7 =A", "Ġ,", "Ġwhere", " A is", " 6"]
-    tokens = fast.encode(line).tokens
-    assert tokens[tokens.index("Ġ:Ċ") + 1:][:5] == ["1", "Ġ*", " 7", "Ġ=", " 7"]  # a try: one token a value
-    assert len(fast.encode(" +9 =Z", add_special_tokens=False).ids) > 1  # seen once: not a phrase
+    line = "C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :\n1 * 7 = 7 , no ."
+    assert fast.encode(line).tokens[:6] == ["C", " * 7 = A", "Ġ,", "Ġwhere", " A is", " 6"]
+    assert " * 7 = 7" in fast.encode(line).tokens
+    assert len(fast.encode(" + 9 = Z", add_special_tokens=False).ids) > 1  # seen once: not a phrase
     assert summary["phrase_tokens"] == len({m for t in texts for m in re.findall(arithmetic.PHRASES, t)
                                             if sum(x.count(m) for x in texts) >= 2})
     rebuilt = AutoTokenizer.from_pretrained(as_model_folder(tmp_path / "t", tmp_path / "model", "qwen2"))

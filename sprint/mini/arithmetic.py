@@ -4,10 +4,10 @@ A problem asks for a sum of unknown digits, each fixed by one equation on last d
 keeps only its last digit):
 
     Find C + D , keeping only last digits .
-    A +7 =3 .
-    B *3 =4 .
-    C *7 =A .
-    D +3 =A + B .
+    A + 7 = 3 .
+    B * 3 = 4 .
+    C * 7 = A .
+    D + 3 = A + B .
 
 Each equation is a subtask: find the digit that solves it by trying every digit 1-9, one line a try
 (`4 * 3 = 2 , no .`, the one that fits `8 * 3 = 4 , yes .`; all nine, to be sure only one fits, so an
@@ -32,10 +32,10 @@ Why digits and searches (the named multi-digit sums before them are measured in 
 from the line above early, but a multi-digit number from a question full of digits only late, and that
 copy was where every deeper problem failed. Here a copy from the question is three one-token values
 after the name that starts a line, and every try repeats the line above's operands at a fixed distance;
-the demo's tokenizer makes each right part one token (` *3 =1`), so the copy is one token after the name,
-learned far sooner than three (docs/experiments.md, "Digit equations"). An equation is written without the
-spaces of a try (`B *3 =4`, tries `8 * 3 = 4`) so that no try, restated right side or sum holds that token's
-text: there every value stays a token of its own, and the box copies the sum's last digit as it stands.
+the demo's tokenizer makes each right part one token (` * 3 = 1`), so the copy is one token after the name,
+learned far sooner than three (docs/experiments.md, "Digit equations"). The equation keeps a try's spaces,
+so the same kind of token ends every try (` * 3 = 4` of `8 * 3 = 4`) and is written nine times a subtask:
+written apart from the tries (`B *3 =4`, a token only the heads write), the copy formed far later.
 Deep problems are kept small (`DrawConfig.max_deep`) and the widest problems are the longest, so the
 ideal packing has the paper's Figure 6 shape (the longest quartile gains most).
 
@@ -55,7 +55,7 @@ from sprint.core.errors import UserError
 from sprint.mini.problems import MiniDataConfig, ProblemRows
 
 QUESTION = "Find {goal} , keeping only last digits ."
-DEFINITION = "{name} {op}{k} ={rhs}"                    # an equation, as the question and its execution write it
+DEFINITION = "{name} {op} {k} = {rhs}"                  # an equation, as the question and its execution write it
 FIRST = "First {names} ."                                # round 1's opening (what needs only numbers): the plan
 NEXT = "Then {names} ."                                  # each later round's opening (what needs those)
 NOW = "Now {name} ."                                     # a subtask's instruction: the prompt
@@ -75,10 +75,10 @@ MERGE = 0.4          # chance that an equation above round 1 also reads a second
 # many of them would leave the shorter half of the problems little to gain (overall ratio)
 DEPTHS = (0.25, 0.45, 0.30)
 MAX_GOAL = 4         # most unknowns in the sum asked for (the DAG's sinks)
-# `sprint mini-tokenizer --phrases` for this task (scripts/mini_demo.sh): each right part (` *3 =1`, ` +3 =A`),
+# `sprint mini-tokenizer --phrases` for this task (scripts/mini_demo.sh): each right part (` * 3 = 1`, ` + 3 = A`),
 # each further name of a sum (` + B`) and each lookup's key (` A is`) one token, so an equation is copied from the
 # question as one token after its name (docs/experiments.md, "Digit equations")
-PHRASES = " [+*][0-9] =[0-9A-Z]| [+] [A-Z]| [A-Z] is"
+PHRASES = " [+*] [0-9] = [0-9A-Z]| [+] [A-Z]| [A-Z] is"
 
 
 def apply(x: int, op: str, k: int) -> int:
@@ -373,7 +373,7 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
 # ------------------------------------------------------------------------------ reading problems back
 
 _GOAL = re.compile(r"^Find ([A-Z](?: \+ [A-Z])*) , keeping only last digits \.$")
-_EQUATION = re.compile(r"^([A-Z]) ([+*])([0-9]) =([0-9]|[A-Z](?: \+ [A-Z])*) \.$")
+_EQUATION = re.compile(r"^([A-Z]) ([+*]) ([0-9]) = ([0-9]|[A-Z](?: \+ [A-Z])*) \.$")
 
 
 def parse_problem(text: str) -> Problem:
@@ -416,7 +416,7 @@ class Step:
 
 _PROMPT = re.compile(r"^Now ([A-Z]) \.$")
 _RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
-_HEAD = re.compile(r"^([A-Z]) ([+*])([0-9]) =(?:([0-9])|[A-Z](?: \+ [A-Z])* , where (.+) , so \1 \2 \3 = "
+_HEAD = re.compile(r"^([A-Z]) ([+*]) ([0-9]) = (?:([0-9])|[A-Z](?: \+ [A-Z])* , where (.+) , so \1 \2 \3 = "
                    r"([0-9](?: \+ [0-9])*(?: = [0-9](?: \+ [0-9])*)*)) , try each digit :$", re.M)
 
 
@@ -433,7 +433,7 @@ def read_result(execution: str) -> tuple[str, int] | None:
 
 
 def read_step(execution: str) -> Step | None:
-    """An execution's first line (`C *7 =A , where A is 6 , so C * 7 = 6 , try each digit :`); None when
+    """An execution's first line (`C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :`); None when
     it has none."""
     match = _HEAD.search(execution)
     if not match:
