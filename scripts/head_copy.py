@@ -41,7 +41,8 @@ import yaml
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 NAMES = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-FUSED = re.compile(r"^ ([+*]) ?([0-9]) = ?([0-9A-Z])$")  # a right part made one token (` * 3 = 1`; ` *3 =1` without spaces)
+# a right part made one token (` * 3 = 1`; ` *3 =1` written without spaces)
+FUSED = re.compile(r"^ ([+*]) ?([0-9]) = ?([0-9A-Z])$")
 LINE_END = "Ġ.Ċ"  # ` .` and the newline: one token of the mini tokenizer
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "finetune_mini.yaml"
 # bf16 autocast only where the CPU multiplies bf16 in hardware (sprint.training.finetune.cpu_has_bf16, not importable
@@ -63,7 +64,7 @@ def fields(tokens: list[str]) -> list[tuple[str, int]]:
     for i, t in enumerate(tokens):
         if t not in NAMES or i == 0 or tokens[i - 1] != LINE_END:
             continue
-        if FUSED.match(tokens[i + 1]):  # one token ` * 3 = 1` (sprint mini-tokenizer --phrases): all three fields at once
+        if FUSED.match(tokens[i + 1]):  # one token (sprint mini-tokenizer --phrases): three fields and the whole
             j = k = i + 1
             reads = tokens[j][-1].isalpha()
             out.append(("equation " + ("reads" if reads else "number"), j))

@@ -477,7 +477,7 @@ def test_the_breaker_trips_after_n_connection_failures_in_a_row_and_an_answer_re
 
     async def flaky(*args: Any, **kw: Any) -> Any:
         if next(failures):
-            # a stand-in request: all the error reads of it is its headers (openai 1.x-3.x)
+            # a stand-in request: the error reads only its headers (openai 1.x to 3.x)
             raise openai.APIConnectionError(request=SimpleNamespace(headers={}))  # type: ignore[arg-type]
         return await real(*args, **kw)
 
