@@ -54,9 +54,9 @@ def test_a_search_tries_every_digit() -> None:
     assert lines[0] == "A + 7 = 3 , try each digit :" and len(lines) == 11
     assert lines[1] == "1 + 7 = 8 , no ." and lines[6] == "6 + 7 = 3 , yes ." and lines[-1] == "So A is 6 ."
     later = work_lines(problem, b)
-    assert later[0] == "B * 3 = A + A , where A is 6 and A is 6 , so B * 3 = 6 + 6 = 2 , try each digit :"
+    assert later[0] == "B * 3 = A + A , where A is 6 and A is 6 , and 6 + 6 makes 2 , so B * 3 = 2 , try each digit :"
     assert later[4] == "4 * 3 = 2 , yes ." and later[-1] == "So B is 4 ."
-    assert add_up([6, 2, 3]) == "6 + 2 + 3 = 8 + 3 = 1" and add_up([5]) == "5"
+    assert add_up([6, 2, 3]) == "6 + 2 + 3 makes 8 + 3 makes 1" and add_up([5]) == "5"
 
 
 def test_every_drawn_line_is_right() -> None:
@@ -96,7 +96,7 @@ def test_the_equations_are_the_dag() -> None:
     assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["A"], ["B"], ["C"]]
     trace = make_trace(wide)
     assert trace.lines[:2] == ["First A , B .", "Now A ."]
-    assert "Then C , D ." in trace.lines and trace.lines[-1] == "That is all : C is 2 and D is 8 , so 2 + 8 = 0 ."
+    assert "Then C , D ." in trace.lines and trace.lines[-1] == "That is all : C is 2 and D is 8 , so 2 + 8 makes 0 ."
     assert trace.solution == "The answer is \\boxed{ 0 } ."
     assert trace.dag[str(len(trace.components))] == sorted([4, 5, 6])  # the sum reads C and D and its round's opening
 
@@ -110,11 +110,14 @@ def test_question_and_prompts_read_back() -> None:
         assert [n.value for n in again.order] == [n.value for n in problem.order]
     assert read_prompt("Now B .") == "B" and read_prompt("Now 2 .") is None and read_prompt("hello") is None
     assert read_result("x\nSo A is 3 .\nSo B is 4 .") == ("B", 4) and read_result("So 2 + 3 = 5 .") is None
-    step = read_step("D * 7 = A + B , where A is 4 and B is 2 , so D * 7 = 4 + 2 = 6 , try each digit :\n1 * 7")
+    step = read_step("D * 7 = A + B , where A is 4 and B is 2 , and 4 + 2 makes 6 , so D * 7 = 6 , try each digit :\n1 * 7")
     assert step == Step("*", 7, {"A": 4, "B": 2}, 6, True)
     assert read_step("A + 1 = 5 , try each digit :") == Step("+", 1, {}, 5, True)
-    slip = read_step("D * 7 = A + B , where A is 4 and B is 2 , so D * 7 = 4 + 2 = 7 , try each digit :")
+    slip = read_step("D * 7 = A + B , where A is 4 and B is 2 , and 4 + 2 makes 7 , so D * 7 = 7 , try each digit :")
     assert slip is not None and not slip.sum_right
+    unworked = read_step("D * 7 = A + B , where A is 4 and B is 2 , so D * 7 = 6 , try each digit :")
+    assert unworked == Step("*", 7, {"A": 4, "B": 2}, 6, False)  # two digits read: the sum is worked out
+    assert read_step("C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :") == Step("*", 7, {"A": 6}, 6, True)
     assert read_step("1 + 1 = 2 , no .") is None
     for bad in ("Find A , keeping only last digits .\nA + 1 = B .\nB + 1 = 2 .",   # read before it is defined
                 "Find B , keeping only last digits .\nA + 1 = 5 .",              # asks for an unknown it lacks
@@ -177,7 +180,7 @@ def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
             "B * 3 = 6 , try each digit :\nSo B is 3 .\n</execution_1.1>\n\n<execution_1.2>\n"
             "A + 1 = 5 , try each digit :\nSo A is 4 .\n</execution_1.2>\n</Execution_1>\n\n"
             "<Plan_2>\n<prompt_2.1> Now C . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
-            "C + 2 = A + B , where A is 4 and B is 3 , so C + 2 = 4 + 3 = 7 , try each digit :\nSo C is 5 .\n"
+            "C + 2 = A + B , where A is 4 and B is 3 , and 4 + 3 makes 7 , so C + 2 = 7 , try each digit :\nSo C is 5 .\n"
             "</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n\\boxed{ 5 }\n</Final_answer>")
     # 3 * 3 is 9, not 6: the executor's slip; the plan, and the copy of what it reported, are still right
     reading = read_plan({"id": "a", "question": question, "trajectory": good})

@@ -25,7 +25,7 @@ later `Then C , D .`), then each subtask in turn
 (`Now C .`; its equation restated with the digits it reads, looked up in the words of their results,
 `where A is 6`; the tries; `So C is 8 .`); a share of traces checks the last search once more (R1's habit,
 the slack GRPO can remove); then the digits asked for are looked up the same way and added in the plan
-(`That is all : C is 8 and D is 1 , so 8 + 1 = 9 .`), and the sum boxed.
+(`That is all : C is 8 and D is 1 , so 8 + 1 makes 9 .`), and the sum boxed.
 
 Why digits and searches (the named multi-digit sums before them are measured in docs/experiments.md,
 "The arithmetic task"): a model of about a million parameters copies single tokens by name (`A is`) and
@@ -60,13 +60,15 @@ FIRST = "First {names} ."                                # round 1's opening (wh
 NEXT = "Then {names} ."                                  # each later round's opening (what needs those)
 NOW = "Now {name} ."                                     # a subtask's instruction: the prompt
 HEAD = "{equation} , try each digit :"                   # an execution's first line
-READS = "{equation} , where {lookups} , so {name} {op} {k} = {work}"  # ... for a right side that names unknowns
+READS = "{equation} , where {lookups}{added} , so {name} {op} {k} = {target}"  # ... for a right side that names unknowns
+ADDED = " , and {work}"                                # two digits read: their sum worked out before the equation
 LOOKUP = "{name} is {value}"                            # a digit read by name: the same words as its result
 TRY = "{x} {op} {k} = {v} , {verdict} ."               # verdict: yes for the one digit that fits, else no
 RESULT = "So {name} is {x} ."                           # a subtask's digit: `A is` occurs nowhere else
 DONE = "That is all : {work} ."
 RECHECK = "Wait , let me check {name} once more : {x} {op} {k} = {t} , yes ."
 ANSWER = "The answer is \\boxed{{ {value} }} ."
+SUM_STEP = " makes "                                     # a sum worked out: `6 + 2 + 3 makes 8 + 3 makes 1`
 OPS = ("+", "*")
 FACTORS = (3, 7, 9)  # a product's factor: a unit mod 10, so exactly one digit solves each equation
 NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -86,12 +88,17 @@ def apply(x: int, op: str, k: int) -> int:
 
 
 def add_up(values: list[int]) -> str:
-    """`6 + 2 + 3 = 8 + 3 = 1`: the first two added at a time, the rest carried along (one digit: itself)."""
+    """`6 + 2 + 3 makes 8 + 3 makes 1`: the first two added at a time, the rest carried along (one digit: itself).
+
+    `makes`, not `=`: with `=` the demo's tokenizer fuses ` + 3 = 1` into the token an equation's right part is
+    (`PHRASES`), so the sum's digit would only exist inside a token the tries also write for other digits, and
+    the answer and the tries' verdicts would have to read it out of that token (docs/experiments.md, "Sums
+    spelled apart")."""
     parts = [" + ".join(map(str, values))]
     while len(values) > 1:
         values = [(values[0] + values[1]) % 10, *values[2:]]
         parts.append(" + ".join(map(str, values)))
-    return " = ".join(parts)
+    return SUM_STEP.join(parts)
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,8 +253,9 @@ def work_lines(problem: Problem, node: Node) -> list[str]:
     name, equation = problem.name(node), problem.equation(node)
     if node.reads:
         lookups = " and ".join(LOOKUP.format(name=problem.name(r), value=r.value) for r in node.reads)
-        work = add_up([r.value for r in node.reads])
-        equation = READS.format(equation=equation, lookups=lookups, name=name, op=node.op, k=node.k, work=work)
+        added = ADDED.format(work=add_up([r.value for r in node.reads])) if len(node.reads) > 1 else ""
+        equation = READS.format(equation=equation, lookups=lookups, added=added, name=name, op=node.op, k=node.k,
+                                target=node.target)
     lines = [HEAD.format(equation=equation)]
     lines += [TRY.format(x=x, op=node.op, k=node.k, v=apply(x, node.op, node.k),
                          verdict="yes" if x == node.value else "no") for x in range(1, 10)]
@@ -256,7 +264,7 @@ def work_lines(problem: Problem, node: Node) -> list[str]:
 
 def done_line(problem: Problem) -> str:
     """The digits asked for, each looked up in the words of its result as a search's head looks up what it
-    reads, then added in the plan: `C is 8 and D is 1 , so 8 + 1 = 9` (one: `D is 1`)."""
+    reads, then added in the plan: `C is 8 and D is 1 , so 8 + 1 makes 9` (one: `D is 1`)."""
     lookups = " and ".join(LOOKUP.format(name=problem.name(n), value=n.value) for n in problem.goal)
     if len(problem.goal) == 1:
         return DONE.format(work=lookups)
@@ -416,8 +424,9 @@ class Step:
 
 _PROMPT = re.compile(r"^Now ([A-Z]) \.$")
 _RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
-_HEAD = re.compile(r"^([A-Z]) ([+*]) ([0-9]) = (?:([0-9])|[A-Z](?: \+ [A-Z])* , where (.+) , so \1 \2 \3 = "
-                   r"([0-9](?: \+ [0-9])*(?: = [0-9](?: \+ [0-9])*)*)) , try each digit :$", re.M)
+_HEAD = re.compile(r"^([A-Z]) ([+*]) ([0-9]) = (?:([0-9])|[A-Z](?: \+ [A-Z])* , where ([A-Z] is [0-9](?: and [A-Z] is [0-9])*)"
+                   r"(?: , and ([0-9](?: \+ [0-9])+(?: makes [0-9](?: \+ [0-9])*)+))? , so \1 \2 \3 = ([0-9])) , try each digit :$",
+                   re.M)
 
 
 def read_prompt(text: str) -> str | None:
@@ -433,8 +442,8 @@ def read_result(execution: str) -> tuple[str, int] | None:
 
 
 def read_step(execution: str) -> Step | None:
-    """An execution's first line (`C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :`); None when
-    it has none."""
+    """An execution's first line (`C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :`; reading two,
+    `... where A is 6 and B is 7 , and 6 + 7 makes 3 , so C * 7 = 3 , ...`); None when it has none."""
     match = _HEAD.search(execution)
     if not match:
         return None
@@ -442,7 +451,6 @@ def read_step(execution: str) -> Step | None:
     if match[4] is not None:
         return Step(op, k, {}, int(match[4]), True)
     reads = dict((n, int(v)) for n, v in re.findall(r"([A-Z]) is ([0-9])", match[5]))
-    work = match[6].split(" = ")
-    target = int(work[-1]) if len(work) > 1 or len(reads) == 1 else -1
-    expected = add_up(list(reads.values())) if reads else ""
-    return Step(op, k, reads, target, match[6] == expected)
+    values, target = list(reads.values()), int(match[7])
+    work = add_up(values) if len(values) > 1 else None  # what the head should write between lookups and equation
+    return Step(op, k, reads, target, match[6] == work and target == sum(values) % 10)
