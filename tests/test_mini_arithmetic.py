@@ -118,6 +118,8 @@ def test_question_and_prompts_read_back() -> None:
     unworked = read_step("D * 7 = A + B , where A is 4 and B is 2 , so D * 7 = 6 , try each digit :")
     assert unworked == Step("*", 7, {"A": 4, "B": 2}, 6, False)  # two digits read: the sum is worked out
     assert read_step("C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :") == Step("*", 7, {"A": 6}, 6, True)
+    twice = read_step("B * 3 = A + A , where A is 6 and A is 6 , and 6 + 6 makes 2 , so B * 3 = 2 , try each digit :")
+    assert twice == Step("*", 3, {"A": 6}, 2, True)
     assert read_step("1 + 1 = 2 , no .") is None
     for bad in ("Find A , keeping only last digits .\nA + 1 = B .\nB + 1 = 2 .",   # read before it is defined
                 "Find B , keeping only last digits .\nA + 1 = 5 .",              # asks for an unknown it lacks

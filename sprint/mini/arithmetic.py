@@ -450,7 +450,7 @@ def read_step(execution: str) -> Step | None:
     op, k = match[2], int(match[3])
     if match[4] is not None:
         return Step(op, k, {}, int(match[4]), True)
-    reads = dict((n, int(v)) for n, v in re.findall(r"([A-Z]) is ([0-9])", match[5]))
-    values, target = list(reads.values()), int(match[7])
+    looked_up = [(n, int(v)) for n, v in re.findall(r"([A-Z]) is ([0-9])", match[5])]
+    reads, values, target = dict(looked_up), [v for _, v in looked_up], int(match[7])
     work = add_up(values) if len(values) > 1 else None  # what the head should write between lookups and equation
     return Step(op, k, reads, target, match[6] == work and target == sum(values) % 10)
