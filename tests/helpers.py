@@ -11,12 +11,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from sprint.core.data import iter_jsonl
+from sprint.llm.serve import default_python, free_port
 from sprint.mini.countdown import ANSWER, CHECK, INTRO, branches, make_trace, search
+from sprint.training.finetune import default_swift_bin, swift_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = "tokenizers/deepseek-r1-distill-qwen-7b"  # the R1-distill tokenizer, under the shared data
@@ -119,3 +122,22 @@ def teacher_stages(data: Path, n: int, out: Path, *pack_args: str) -> tuple[list
                             capture_output=True, text=True)
     assert packed.returncode == 0, packed.stderr
     return rows, list(iter_jsonl(out / "p" / "records.jsonl"))
+
+
+def run_mini_demo(out: Path, settings: dict[str, str], *, timeout: int, label: str) -> Path:
+    """`scripts/mini_demo.sh` into `out` with `settings` (its variables) on a free port, for the CI-sized runs of
+    the miniature; skips the calling test when the vLLM or ms-swift venv is missing, fails it with the script's
+    tail when the script fails."""
+    if not default_python().exists():
+        pytest.skip("vLLM venv missing; run scripts/install_vllm.sh")
+    if not default_swift_bin().exists() or not swift_python(default_swift_bin()).exists():
+        pytest.skip("ms-swift venv missing; run scripts/install_swift.sh")
+    env = {**os.environ, **settings, "DEMO_DIR": str(out), "PORT": str(free_port())}
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "mini_demo.sh")], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    print(f"{label} took {time.monotonic() - started:.0f} s")
+    if done.returncode != 0:
+        pytest.fail(f"scripts/mini_demo.sh failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    print(done.stdout[-3000:])
+    return out

@@ -41,12 +41,12 @@ import pytest
 from safetensors.numpy import load_file
 
 from sprint.core.data import iter_jsonl
-from sprint.llm.serve import default_python, free_port
+from sprint.llm.serve import free_port
 from sprint.mini.countdown import OPS, apply, branches
 from sprint.mini.diagnosis import arithmetic, diagnose, format_diagnosis
 from sprint.mini.grpo import read_log
 from sprint.mini.summary import behaviour
-from sprint.training.finetune import default_swift_bin, swift_python
+from tests.helpers import run_mini_demo
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.vllm, pytest.mark.swift, pytest.mark.slow]
@@ -83,22 +83,11 @@ def overlapping_executors(record: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def mini_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not default_python().exists():
-        pytest.skip("vLLM venv missing; run scripts/install_vllm.sh")
-    if not default_swift_bin().exists() or not swift_python(default_swift_bin()).exists():
-        pytest.skip("ms-swift venv missing; run scripts/install_swift.sh")
-    out = tmp_path_factory.mktemp("mini") / "run"
-    env = {**os.environ, "DEMO_DIR": str(out), "TASK": "countdown", "HIGH": str(HIGH), "N_TEST": str(N_TEST), "BASE_STEPS": str(BASE_STEPS),
-           "MAX_STEPS": str(MAX_STEPS), "RFT": "0", "SCHEDULES": "stream",
-           "PROBLEM_WORKERS": "8", "TIMED": "10", "WARMUP": "4", "PORT": str(free_port())}
-    started = time.monotonic()
-    done = subprocess.run(["bash", str(REPO / "scripts" / "mini_demo.sh")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=900)
-    print(f"mini demo (CI size) took {time.monotonic() - started:.0f} s")
-    if done.returncode != 0:
-        pytest.fail(f"scripts/mini_demo.sh failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
-    print(done.stdout[-3000:])
-    return out
+    return run_mini_demo(tmp_path_factory.mktemp("mini") / "run",
+                         {"TASK": "countdown", "HIGH": str(HIGH), "N_TEST": str(N_TEST), "BASE_STEPS": str(BASE_STEPS),
+                          "MAX_STEPS": str(MAX_STEPS), "RFT": "0", "SCHEDULES": "stream",
+                          "PROBLEM_WORKERS": "8", "TIMED": "10", "WARMUP": "4"},
+                         timeout=900, label="mini demo (CI size)")
 
 
 def test_a_sprint_model_trained_from_scratch_writes_parallel_plans_and_runs_them_in_parallel(mini_run: Path) -> None:

@@ -23,20 +23,15 @@ reasoner is what teaches that), so accuracy is about chance; `make demo`-sized r
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from sprint.core.data import iter_jsonl
-from sprint.llm.serve import default_python, free_port
 from sprint.mini.fidelity import plan_figures, read_run
-from sprint.training.finetune import default_swift_bin, swift_python
+from tests.helpers import run_mini_demo
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.vllm, pytest.mark.swift, pytest.mark.slow]
 
 N_TRAIN, N_TEST, MAX_STEPS = 2000, 50, 400  # SPRINT: the steps of as many tokens, 312 (sprint mini-steps)
@@ -45,22 +40,11 @@ FIDELITY_FLOOR = 0.5  # measured 0.94 at this size; a fixed template scores its 
 
 @pytest.fixture(scope="module")
 def plan_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not default_python().exists():
-        pytest.skip("vLLM venv missing; run scripts/install_vllm.sh")
-    if not default_swift_bin().exists() or not swift_python(default_swift_bin()).exists():
-        pytest.skip("ms-swift venv missing; run scripts/install_swift.sh")
-    out = tmp_path_factory.mktemp("plans") / "run"
-    env = {**os.environ, "DEMO_DIR": str(out), "TASK": "arithmetic", "N_TRAIN": str(N_TRAIN), "N_TEST": str(N_TEST),
-           "BASE_STEPS": "0", "MAX_STEPS": str(MAX_STEPS), "RFT": "0", "SCHEDULES": "stream", "EXECUTOR_ROWS": "none",
-           "PROBLEM_WORKERS": "8", "TIMED": "5", "WARMUP": "2", "PORT": str(free_port())}
-    started = time.monotonic()
-    done = subprocess.run(["bash", str(REPO / "scripts" / "mini_demo.sh")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1200)
-    print(f"arithmetic mini demo (CI size) took {time.monotonic() - started:.0f} s")
-    if done.returncode != 0:
-        pytest.fail(f"scripts/mini_demo.sh failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
-    print(done.stdout[-3000:])
-    return out
+    return run_mini_demo(tmp_path_factory.mktemp("plans") / "run",
+                         {"TASK": "arithmetic", "N_TRAIN": str(N_TRAIN), "N_TEST": str(N_TEST), "BASE_STEPS": "0",
+                          "MAX_STEPS": str(MAX_STEPS), "RFT": "0", "SCHEDULES": "stream", "EXECUTOR_ROWS": "none",
+                          "PROBLEM_WORKERS": "8", "TIMED": "5", "WARMUP": "2"},
+                         timeout=1200, label="arithmetic mini demo (CI size)")
 
 
 def test_a_sprint_model_trained_from_scratch_plans_each_problems_own_dag(plan_run: Path) -> None:
