@@ -41,8 +41,7 @@ import yaml
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 NAMES = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-# a right part made one token (` * 3 = 1`; ` *3 =1` written without spaces)
-FUSED = re.compile(r"^ ([+*]) ?([0-9]) = ?([0-9A-Z])$")
+FUSED = re.compile(r"^ ([+*]) ([0-9]) = ([0-9A-Z])$")  # a right part made one token (` * 3 = 1`)
 LINE_END = "Ġ.Ċ"  # ` .` and the newline: one token of the mini tokenizer
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "finetune_mini.yaml"
 # bf16 autocast only where the CPU multiplies bf16 in hardware (sprint.training.finetune.cpu_has_bf16, not importable

@@ -60,7 +60,7 @@ FIRST = "First {names} ."                                # round 1's opening (wh
 NEXT = "Then {names} ."                                  # each later round's opening (what needs those)
 NOW = "Now {name} ."                                     # a subtask's instruction: the prompt
 HEAD = "{equation} , try each digit :"                   # an execution's first line
-READS = "{equation} , where {lookups}{added} , so {name} {op} {k} = {target}"  # ... for a right side that names unknowns
+READS = "{equation} , where {lookups}{added} , so {restated}"  # ... for a right side that names unknowns
 ADDED = " , and {work}"                                # two digits read: their sum worked out before the equation
 LOOKUP = "{name} is {value}"                            # a digit read by name: the same words as its result
 TRY = "{x} {op} {k} = {v} , {verdict} ."               # verdict: yes for the one digit that fits, else no
@@ -254,8 +254,8 @@ def work_lines(problem: Problem, node: Node) -> list[str]:
     if node.reads:
         lookups = " and ".join(LOOKUP.format(name=problem.name(r), value=r.value) for r in node.reads)
         added = ADDED.format(work=add_up([r.value for r in node.reads])) if len(node.reads) > 1 else ""
-        equation = READS.format(equation=equation, lookups=lookups, added=added, name=name, op=node.op, k=node.k,
-                                target=node.target)
+        restated = DEFINITION.format(name=name, op=node.op, k=node.k, rhs=node.target)  # the digit for the names
+        equation = READS.format(equation=equation, lookups=lookups, added=added, restated=restated)
     lines = [HEAD.format(equation=equation)]
     lines += [TRY.format(x=x, op=node.op, k=node.k, v=apply(x, node.op, node.k),
                          verdict="yes" if x == node.value else "no") for x in range(1, 10)]
