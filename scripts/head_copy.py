@@ -41,7 +41,7 @@ import yaml
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 NAMES = set("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-FUSED = re.compile(r"^ ([+*]) ([0-9]) = ([0-9A-Z])$")  # a right part made one token (` * 3 = 1`)
+FUSED = re.compile(r"^ ([+*]) ([0-9A-Z]) = ([0-9A-Z])$")  # a right part made one token (` * 3 = 1`, ` + B = A`)
 LINE_END = "Ġ.Ċ"  # ` .` and the newline: one token of the mini tokenizer
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "finetune_mini.yaml"
 # bf16 autocast only where the CPU multiplies bf16 in hardware (sprint.training.finetune.cpu_has_bf16, not importable

@@ -15,7 +15,7 @@ import pytest
 from sprint.core.data import iter_jsonl
 from sprint.curation.trace_lines import split_lines
 from sprint.format.trajectory import parse
-from sprint.mini.arithmetic import (DrawConfig, Shape, Step, add_up, apply, draw_problem, make_trace, parse_problem,
+from sprint.mini.arithmetic import (DrawConfig, Shape, Step, apply, draw_problem, make_trace, parse_problem,
                                     read_prompt, read_result, read_step, subtasks, work_lines)
 from sprint.mini.fidelity import plan_figures, read_plan, read_run
 from sprint.mini.figures import arithmetic_sections
@@ -47,16 +47,18 @@ def test_same_options_same_bytes(data: Path, tmp_path: Path) -> None:
 
 
 def test_a_search_tries_every_digit() -> None:
-    problem = parse_problem(_question("Find B , keeping only last digits .", "A + 7 = 3 .", "B * 3 = A + A ."))
-    a, b = problem.order
-    assert (a.value, b.value) == (6, 4) and b.target == 2
+    problem = parse_problem(_question("Find C , keeping only last digits .", "A + 7 = 3 .", "B * 3 = A .", "C + B = A ."))
+    a, b, c = problem.order
+    assert (a.value, b.value, c.value) == (6, 2, 4) and (b.target, c.k, c.target) == (6, 2, 6)
     lines = work_lines(problem, a)
     assert lines[0] == "A + 7 = 3 , try each digit :" and len(lines) == 11
-    assert lines[1] == "1 + 7 = 8 , no ." and lines[6] == "6 + 7 = 3 , yes ." and lines[-1] == "So A is 6 ."
+    assert lines[1] == "1 + 7 = 8 , want 3 , no ." and lines[6] == "6 + 7 = 3 , want 3 , yes ." and lines[-1] == "So A is 6 ."
     later = work_lines(problem, b)
-    assert later[0] == "B * 3 = A + A , where A is 6 and A is 6 , and 6 + 6 makes 2 , so B * 3 = 2 , try each digit :"
-    assert later[4] == "4 * 3 = 2 , yes ." and later[-1] == "So B is 4 ."
-    assert add_up([6, 2, 3]) == "6 + 2 + 3 makes 8 + 3 makes 1" and add_up([5]) == "5"
+    assert later[0] == "B * 3 = A , where A is 6 , so B * 3 = 6 , try each digit :"
+    assert later[2] == "2 * 3 = 6 , want 6 , yes ." and later[-1] == "So B is 2 ."
+    both = work_lines(problem, c)  # reading two unknowns, the first is the constant: a copy, no sum
+    assert both[0] == "C + B = A , where B is 2 and A is 6 , so C + 2 = 6 , try each digit :"
+    assert both[4] == "4 + 2 = 6 , want 6 , yes ." and both[-1] == "So C is 4 ."
 
 
 def test_every_drawn_line_is_right() -> None:
@@ -69,17 +71,17 @@ def test_every_drawn_line_is_right() -> None:
         for line in make_trace(problem).lines:
             if match := re.fullmatch(r"So ([A-Z]) is ([0-9]) \.", line):
                 assert values[match[1]] == int(match[2]), line
-            elif match := re.fullmatch(r"([0-9]) ([+*]) ([0-9]) = ([0-9]) , (yes|no) \.", line):
+            elif match := re.fullmatch(r"([0-9]) ([+*]) ([0-9]) = ([0-9]) , want ([0-9]) , (yes|no) \.", line):
                 x, op, k, v = int(match[1]), match[2], int(match[3]), int(match[4])
-                assert v == apply(x, op, k) and head is not None, line
-                assert (match[5] == "yes") == (v == head.target), line
+                assert v == apply(x, op, k) and head is not None and int(match[5]) == head.target, line
+                assert (match[6] == "yes") == (v == head.target), line
             elif line.endswith(", try each digit :"):
                 step = read_step(line)
-                assert step is not None and step.sum_right, line
+                assert step is not None and step.restated_right, line
                 assert all(values[n] == v for n, v in step.reads.items()), line
                 head = next(n for n in problem.order if line.startswith(problem.equation(n) + " ,"))
                 assert step.target == head.target, line
-        assert sum(values[problem.name(n)] for n in problem.goal) % 10 == problem.value
+        assert "".join(str(values[problem.name(n)]) for n in problem.goal) == problem.value
 
 
 def _question(*lines: str) -> str:
@@ -88,17 +90,17 @@ def _question(*lines: str) -> str:
 
 def test_the_equations_are_the_dag() -> None:
     """Independent subtasks share a round, a chain has one per round, and the question asks for the sinks."""
-    wide = parse_problem(_question("Find C + D , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + 2 = A .",
-                                   "D * 7 = A + B ."))
+    wide = parse_problem(_question("Find C , D , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + 2 = A .",
+                                   "D + B = A ."))
     assert Shape.of(wide).widths == (2, 2) and subtasks(wide) == [["A", "B"], ["C", "D"]]
-    assert [n.value for n in wide.order] == [4, 2, 2, 8] and wide.value == 0
+    assert [n.value for n in wide.order] == [4, 2, 2, 2] and wide.value == "22"
     chain = parse_problem(_question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = A .", "C + 2 = B ."))
     assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["A"], ["B"], ["C"]]
     trace = make_trace(wide)
     assert trace.lines[:2] == ["First A , B .", "Now A ."]
-    assert "Then C , D ." in trace.lines and trace.lines[-1] == "That is all : C is 2 and D is 8 , so 2 + 8 makes 0 ."
-    assert trace.solution == "The answer is \\boxed{ 0 } ."
-    assert trace.dag[str(len(trace.components))] == sorted([4, 5, 6])  # the sum reads C and D and its round's opening
+    assert "Then C , D ." in trace.lines and trace.lines[-1] == "That is all : C is 2 and D is 2 ."
+    assert trace.solution == "The answer is \\boxed{ 2 2 } ."
+    assert trace.dag[str(len(trace.components))] == sorted([4, 5, 6])  # the closing reads C, D and its round's opening
 
 
 def test_question_and_prompts_read_back() -> None:
@@ -110,22 +112,22 @@ def test_question_and_prompts_read_back() -> None:
         assert [n.value for n in again.order] == [n.value for n in problem.order]
     assert read_prompt("Now B .") == "B" and read_prompt("Now 2 .") is None and read_prompt("hello") is None
     assert read_result("x\nSo A is 3 .\nSo B is 4 .") == ("B", 4) and read_result("So 2 + 3 = 5 .") is None
-    step = read_step("D * 7 = A + B , where A is 4 and B is 2 , and 4 + 2 makes 6 , so D * 7 = 6 , try each digit :\n1 * 7")
-    assert step == Step("*", 7, {"A": 4, "B": 2}, 6, True)
+    step = read_step("D + A = B , where A is 4 and B is 2 , so D + 4 = 2 , try each digit :\n1 + 4")
+    assert step == Step("+", 4, {"A": 4, "B": 2}, 2, True)
     assert read_step("A + 1 = 5 , try each digit :") == Step("+", 1, {}, 5, True)
-    slip = read_step("D * 7 = A + B , where A is 4 and B is 2 , and 4 + 2 makes 7 , so D * 7 = 7 , try each digit :")
-    assert slip is not None and not slip.sum_right
-    unworked = read_step("D * 7 = A + B , where A is 4 and B is 2 , so D * 7 = 6 , try each digit :")
-    assert unworked == Step("*", 7, {"A": 4, "B": 2}, 6, False)  # two digits read: the sum is worked out
+    swapped = read_step("D + A = B , where A is 4 and B is 2 , so D + 2 = 4 , try each digit :")
+    assert swapped == Step("+", 2, {"A": 4, "B": 2}, 4, False)  # the digits restated in each other's place
     assert read_step("C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :") == Step("*", 7, {"A": 6}, 6, True)
-    twice = read_step("B * 3 = A + A , where A is 6 and A is 6 , and 6 + 6 makes 2 , so B * 3 = 2 , try each digit :")
-    assert twice == Step("*", 3, {"A": 6}, 2, True)
+    slip = read_step("C * 7 = A , where A is 6 , so C * 3 = 6 , try each digit :")
+    assert slip is not None and not slip.restated_right
     assert read_step("1 + 1 = 2 , no .") is None
     for bad in ("Find A , keeping only last digits .\nA + 1 = B .\nB + 1 = 2 .",   # read before it is defined
                 "Find B , keeping only last digits .\nA + 1 = 5 .",              # asks for an unknown it lacks
                 "Find A , keeping only last digits .\nA * 5 = 5 .",              # several digits solve it
                 "Find A , keeping only last digits .\nA + 4 = 4 .",              # only 0, which no try reaches
                 "Find A , keeping only last digits .\nB + 1 = 5 .",              # not named in order
+                "Find B , keeping only last digits .\nA + 1 = 5 .\nB * A = A .",  # an unknown constant only adds
+                "Find B , keeping only last digits .\nA + 1 = 5 .\nB + A = A .",  # then x is 0
                 "1 2 + 3 4"):
         with pytest.raises(ValueError):
             parse_problem(bad)
@@ -176,19 +178,19 @@ def test_stages_1_to_3_over_the_teacher_pack_the_ideal_plans(data: Path, tmp_pat
 
 
 def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
-    question = _question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + 2 = A + B .")
+    question = _question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + B = A .")
     good = ("<Question>\n" + question + "\n</Question>\n\n<Plan_1>\nFirst .\n\n<prompt_1.1> Now B . </prompt_1.1>"
             "\n\n<prompt_1.2> Now A . </prompt_1.2>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n"
             "B * 3 = 6 , try each digit :\nSo B is 3 .\n</execution_1.1>\n\n<execution_1.2>\n"
             "A + 1 = 5 , try each digit :\nSo A is 4 .\n</execution_1.2>\n</Execution_1>\n\n"
             "<Plan_2>\n<prompt_2.1> Now C . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
-            "C + 2 = A + B , where A is 4 and B is 3 , and 4 + 3 makes 7 , so C + 2 = 7 , try each digit :\nSo C is 5 .\n"
-            "</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n\\boxed{ 5 }\n</Final_answer>")
+            "C + B = A , where B is 3 and A is 4 , so C + 3 = 4 , try each digit :\nSo C is 1 .\n"
+            "</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n\\boxed{ 1 }\n</Final_answer>")
     # 3 * 3 is 9, not 6: the executor's slip; the plan, and the copy of what it reported, are still right
     reading = read_plan({"id": "a", "question": question, "trajectory": good})
     assert reading and reading.matches and reading.widths == (2, 1) and (reading.uses, reading.copied) == (2, 2)
     assert reading.miscomputed == 1 and not reading.answer_differs
-    miscopied = good.replace("where A is 4 and B is 3", "where A is 4 and B is 2")
+    miscopied = good.replace("where B is 3 and A is 4", "where B is 2 and A is 4")
     reading = read_plan({"id": "b", "question": question, "trajectory": miscopied})
     assert reading and reading.matches and (reading.uses, reading.copied) == (2, 1)
     serial = good.replace("<prompt_1.2> Now A . </prompt_1.2>", "")

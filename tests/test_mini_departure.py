@@ -10,7 +10,7 @@ from pathlib import Path
 from sprint.mini.arithmetic import DrawConfig, draw_problem, make_trace, parse_problem
 from sprint.mini.departure import KINDS, RIGHT, UNREAD, departures, first_departure, format_departures, kind_of
 
-QUESTION = "Find C + D , keeping only last digits .\nA + 7 = 3 .\nB * 3 = 4 .\nC * 7 = A .\nD + 3 = A + B ."
+QUESTION = "Find C , D , keeping only last digits .\nA + 7 = 3 .\nB * 3 = 4 .\nC * 7 = A .\nD + B = A ."
 
 
 def generation(lines: list[str]) -> str:

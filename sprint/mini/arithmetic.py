@@ -1,17 +1,19 @@
 """The mini experiment's main task: digit equations whose dependencies form a different DAG each time.
 
-A problem asks for a sum of unknown digits, each fixed by one equation on last digits (a sum or product
-keeps only its last digit):
+A problem asks for unknown digits, each fixed by one equation on last digits (a sum or product keeps only
+its last digit):
 
-    Find C + D , keeping only last digits .
+    Find C , D , keeping only last digits .
     A + 7 = 3 .
     B * 3 = 4 .
     C * 7 = A .
-    D + 3 = A + B .
+    D + B = A .
 
 Each equation is a subtask: find the digit that solves it by trying every digit 1-9, one line a try
-(`4 * 3 = 2 , no .`, the one that fits `8 * 3 = 4 , yes .`; all nine, to be sure only one fits, so an
-execution is 11 lines: long enough that packing keeps it as parallel work). A right side that names
+(`4 * 3 = 2 , want 4 , no .`, the one that fits `8 * 3 = 4 , want 4 , yes .`; all nine, to be sure only one
+fits, so an execution is 11 lines: long enough that packing keeps it as parallel work). Each try restates the
+digit it wants, so its verdict compares two digits of its own line, and an execution is long beside the plan
+lines that open it (the ideal packing's longest quartile 0.46 of the trace's tokens, 0.53 without). A right side that names
 other unknowns needs their digits first, so the equations' names are the DAG: equations whose right side
 is a number are independent and run in one round, an equation that reads the round before runs in the
 next, and an unknown's height (1 + the highest it reads) is its round. The number of rounds, the
@@ -24,8 +26,13 @@ The sequential trace works as R1 would: each round opens with the subtasks it ca
 later `Then C , D .`), then each subtask in turn
 (`Now C .`; its equation restated with the digits it reads, looked up in the words of their results,
 `where A is 6`; the tries; `So C is 8 .`); a share of traces checks the last search once more (R1's habit,
-the slack GRPO can remove); then the digits asked for are looked up the same way and added in the plan
-(`That is all : C is 8 and D is 1 , so 8 + 1 makes 9 .`), and the sum boxed.
+the slack GRPO can remove); then the digits asked for are looked up the same way in the plan
+(`That is all : C is 8 and D is 1 .`) and boxed in the question's order (`\boxed{ 8 1 }`).
+
+Every step is a copy or a try, none a sum: an equation that reads two unknowns reads one as its constant
+(`D + B = A`, so `D + 4 = 6`), and several digits asked for are listed, not added. A model of this size
+learned the tries and the copies but not sums of looked-up digits, which the equations and the answer once
+asked for (docs/experiments.md, "No sums").
 
 Why digits and searches (the named multi-digit sums before them are measured in docs/experiments.md,
 "The arithmetic task"): a model of about a million parameters copies single tokens by name (`A is`) and
@@ -37,7 +44,7 @@ learned far sooner than three (docs/experiments.md, "Digit equations"). The equa
 so the same kind of token ends every try (` * 3 = 4` of `8 * 3 = 4`) and is written nine times a subtask:
 written apart from the tries (`B *3 =4`, a token only the heads write), the copy formed far later.
 Deep problems are kept small (`DrawConfig.max_deep`) and the widest problems are the longest, so the
-ideal packing has the paper's Figure 6 shape (the longest quartile gains most).
+ideal packing has the paper's Figure 6 shape (the longest quartile gains most; docs/experiments.md, "No sums").
 
 The generator also knows each trace's components and DAG (`make_trace`, for the stand-in teacher) and the
 ideal packing of the problem (`Shape`: the subtasks of each round), read by the summary's plan fidelity.
@@ -54,57 +61,42 @@ from typing import Any
 from sprint.core.errors import UserError
 from sprint.mini.problems import MiniDataConfig, ProblemRows
 
-QUESTION = "Find {goal} , keeping only last digits ."
+QUESTION = "Find {goal} , keeping only last digits ."  # goal: the names asked for, `C , D`
 DEFINITION = "{name} {op} {k} = {rhs}"                  # an equation, as the question and its execution write it
 FIRST = "First {names} ."                                # round 1's opening (what needs only numbers): the plan
 NEXT = "Then {names} ."                                  # each later round's opening (what needs those)
 NOW = "Now {name} ."                                     # a subtask's instruction: the prompt
 HEAD = "{equation} , try each digit :"                   # an execution's first line
-READS = "{equation} , where {lookups}{added} , so {restated}"  # ... for a right side that names unknowns
-ADDED = " , and {work}"                                # two digits read: their sum worked out before the equation
+READS = "{equation} , where {lookups} , so {restated}"  # ... for an equation that names unknowns
 LOOKUP = "{name} is {value}"                            # a digit read by name: the same words as its result
-TRY = "{x} {op} {k} = {v} , {verdict} ."               # verdict: yes for the one digit that fits, else no
+TRY = "{x} {op} {k} = {v} , want {t} , {verdict} ."     # verdict: yes for the one digit that fits, else no
 RESULT = "So {name} is {x} ."                           # a subtask's digit: `A is` occurs nowhere else
 DONE = "That is all : {work} ."
 RECHECK = "Wait , let me check {name} once more : {x} {op} {k} = {t} , yes ."
-ANSWER = "The answer is \\boxed{{ {value} }} ."
-SUM_STEP = " makes "                                     # a sum worked out: `6 + 2 + 3 makes 8 + 3 makes 1`
+ANSWER = "The answer is \\boxed{{ {value} }} ."           # value: the digits asked for, spaced (`8 1`)
 OPS = ("+", "*")
 FACTORS = (3, 7, 9)  # a product's factor: a unit mod 10, so exactly one digit solves each equation
 NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-MERGE = 0.4          # chance that an equation above round 1 also reads a second, earlier unknown
+MERGE = 0.4          # chance that an equation above round 1 also reads a second, earlier unknown (as its constant)
 # chances of one, two, three (and more) rounds: deep problems are kept short (`DrawConfig.max_deep`), so too
 # many of them would leave the shorter half of the problems little to gain (overall ratio)
 DEPTHS = (0.25, 0.45, 0.30)
-MAX_GOAL = 4         # most unknowns in the sum asked for (the DAG's sinks)
-# `sprint mini-tokenizer --phrases` for this task (scripts/mini_demo.sh): each right part (` * 3 = 1`, ` + 3 = A`),
-# each further name of a sum (` + B`) and each lookup's key (` A is`) one token, so an equation is copied from the
-# question as one token after its name (docs/experiments.md, "Digit equations")
-PHRASES = " [+*] [0-9] = [0-9A-Z]| [+] [A-Z]| [A-Z] is"
+MAX_GOAL = 4         # most unknowns asked for (the DAG's sinks)
+# `sprint mini-tokenizer --phrases` for this task (scripts/mini_demo.sh): each right part (` * 3 = 1`, ` + 3 = A`,
+# ` + B = A`) and each lookup's key (` A is`) one token, so an equation is copied from the question as one token
+# after its name (docs/experiments.md, "Digit equations")
+PHRASES = " [+*] [0-9] = [0-9A-Z]| [+] [A-Z] = [A-Z]| [A-Z] is"
 
 
 def apply(x: int, op: str, k: int) -> int:
     return (x + k) % 10 if op == "+" else (x * k) % 10
 
 
-def add_up(values: list[int]) -> str:
-    """`6 + 2 + 3 makes 8 + 3 makes 1`: the first two added at a time, the rest carried along (one digit: itself).
-
-    `makes`, not `=`: with `=` the demo's tokenizer fuses ` + 3 = 1` into the token an equation's right part is
-    (`PHRASES`), so the sum's digit would only exist inside a token the tries also write for other digits, and
-    the answer and the tries' verdicts would have to read it out of that token (docs/experiments.md, "Sums
-    spelled apart")."""
-    parts = [" + ".join(map(str, values))]
-    while len(values) > 1:
-        values = [(values[0] + values[1]) % 10, *values[2:]]
-        parts.append(" + ".join(map(str, values)))
-    return SUM_STEP.join(parts)
-
-
 @dataclass(frozen=True, eq=False)
 class Node:
-    """An unknown digit `value` with its equation `value op k = right side`: a number, or the sum of the
-    unknowns it `reads` (compared by identity: two unknowns may have equal equations)."""
+    """An unknown digit `value` with its equation `value op k = right side`, the right side a number or the
+    unknown it reads; reading two (`D + B = A`), the first is the constant `k` (compared by identity: two
+    unknowns may have equal equations)."""
 
     value: int
     op: str
@@ -114,7 +106,7 @@ class Node:
 
     @property
     def target(self) -> int:
-        return self.number if self.number is not None else sum(r.value for r in self.reads) % 10
+        return self.number if self.number is not None else self.reads[-1].value
 
     @property
     def height(self) -> int:
@@ -140,16 +132,18 @@ class Problem:
         return NAMES[next(i for i, n in enumerate(self.order) if n is node)]
 
     @property
-    def value(self) -> int:
-        return sum(n.value for n in self.goal) % 10
+    def value(self) -> str:
+        """The digits asked for, in the question's order: the gold answer."""
+        return "".join(str(n.value) for n in self.goal)
 
     def equation(self, node: Node) -> str:
-        rhs = str(node.number) if node.number is not None else " + ".join(self.name(r) for r in node.reads)
-        return DEFINITION.format(name=self.name(node), op=node.op, k=node.k, rhs=rhs)
+        rhs = str(node.number) if node.number is not None else self.name(node.reads[-1])
+        k = self.name(node.reads[0]) if len(node.reads) > 1 else node.k
+        return DEFINITION.format(name=self.name(node), op=node.op, k=k, rhs=rhs)
 
     @property
     def question(self) -> str:
-        goal = " + ".join(self.name(n) for n in self.goal)
+        goal = " , ".join(self.name(n) for n in self.goal)
         return "\n".join([QUESTION.format(goal=goal), *(f"{self.equation(n)} ." for n in self.order)])
 
 
@@ -162,7 +156,7 @@ class DrawConfig:
 
     max_rounds: int = 3
     max_width: int = 4       # subtasks in one round
-    max_subtasks: int = 7    # subtasks in all
+    max_subtasks: int = 8    # subtasks in all
     max_deep: int = 4        # subtasks in a problem of three rounds or more: the longest problems are the wide ones
 
 
@@ -196,7 +190,8 @@ def _widths(rng: random.Random, cfg: DrawConfig) -> list[int]:
 
 def draw_problem(rng: random.Random, cfg: DrawConfig) -> Problem:
     """Widths by `_widths`; an equation above round 1 reads one unknown of the round before and now and then
-    a second from any earlier round."""
+    a second from any earlier round, one of the two as its constant (`x + k = t`, so unknowns of different
+    digits: x would be 0, which no try reaches)."""
     while True:
         widths = _widths(rng, cfg)
         rounds: list[list[Node]] = []
@@ -209,11 +204,16 @@ def draw_problem(rng: random.Random, cfg: DrawConfig) -> Problem:
                     this.append(Node(x, op, k, number=apply(x, op, k)))
                     continue
                 reads = [_pick(rng, rounds[-1], read)]
-                earlier = [n for r in rounds for n in r if n is not reads[0]]
+                earlier = [n for r in rounds for n in r if n.value != reads[0].value]
                 if earlier and rng.random() < MERGE:
                     reads.append(_pick(rng, earlier, read))
+                    rng.shuffle(reads)
                 read.update(id(n) for n in reads)
-                x, op, k = _equation(rng, sum(n.value for n in reads) % 10)
+                if len(reads) == 2:
+                    k, t = reads[0].value, reads[1].value
+                    this.append(Node((t - k) % 10, "+", k, reads=tuple(reads)))
+                    continue
+                x, op, k = _equation(rng, reads[0].value)
                 this.append(Node(x, op, k, reads=tuple(reads)))
             rng.shuffle(this)
             rounds.append(this)
@@ -253,22 +253,18 @@ def work_lines(problem: Problem, node: Node) -> list[str]:
     name, equation = problem.name(node), problem.equation(node)
     if node.reads:
         lookups = " and ".join(LOOKUP.format(name=problem.name(r), value=r.value) for r in node.reads)
-        added = ADDED.format(work=add_up([r.value for r in node.reads])) if len(node.reads) > 1 else ""
-        restated = DEFINITION.format(name=name, op=node.op, k=node.k, rhs=node.target)  # the digit for the names
-        equation = READS.format(equation=equation, lookups=lookups, added=added, restated=restated)
+        restated = DEFINITION.format(name=name, op=node.op, k=node.k, rhs=node.target)  # the digits for the names
+        equation = READS.format(equation=equation, lookups=lookups, restated=restated)
     lines = [HEAD.format(equation=equation)]
-    lines += [TRY.format(x=x, op=node.op, k=node.k, v=apply(x, node.op, node.k),
+    lines += [TRY.format(x=x, op=node.op, k=node.k, v=apply(x, node.op, node.k), t=node.target,
                          verdict="yes" if x == node.value else "no") for x in range(1, 10)]
     return lines + [RESULT.format(name=name, x=node.value)]
 
 
 def done_line(problem: Problem) -> str:
     """The digits asked for, each looked up in the words of its result as a search's head looks up what it
-    reads, then added in the plan: `C is 8 and D is 1 , so 8 + 1 makes 9` (one: `D is 1`)."""
-    lookups = " and ".join(LOOKUP.format(name=problem.name(n), value=n.value) for n in problem.goal)
-    if len(problem.goal) == 1:
-        return DONE.format(work=lookups)
-    return DONE.format(work=f"{lookups} , so {add_up([n.value for n in problem.goal])}")
+    reads: `That is all : C is 8 and D is 1 .`"""
+    return DONE.format(work=" and ".join(LOOKUP.format(name=problem.name(n), value=n.value) for n in problem.goal))
 
 
 @dataclass(frozen=True)
@@ -293,9 +289,9 @@ class Trace:
 def make_trace(problem: Problem, recheck: bool = False) -> Trace:
     """The trace, and stage 1-2 answers as a careful teacher would give them: each round's opening
     plan-only; a subtask with its instruction as the prompt (no range holds it, as the instruction is the
-    trace's own line) and its search as the execution; the closing sum plan-only. Parents: what a line
-    reads, so a subtask depends on its round's opening and on the subtasks it reads, and the sum on the
-    subtasks it adds."""
+    trace's own line) and its search as the execution; the closing lookups plan-only. Parents: what a line
+    reads, so a subtask depends on its round's opening and on the subtasks it reads, and the closing on the
+    subtasks it looks up."""
     lines: list[str] = []
     components: list[dict[str, Any]] = []
     dag: dict[str, list[int]] = {}
@@ -326,8 +322,8 @@ def make_trace(problem: Problem, recheck: bool = False) -> Trace:
     if recheck:
         last = problem.order[-1]
         lines.append(RECHECK.format(name=name(last), x=last.value, op=last.op, k=last.k, t=last.target))
-    add("Add the digits asked for", [opening, *(number[id(n)] for n in problem.goal)], plan=f"{start}-{len(lines)}")
-    return Trace(problem, lines, ANSWER.format(value=problem.value), components, dag)
+    add("Collect the digits asked for", [opening, *(number[id(n)] for n in problem.goal)], plan=f"{start}-{len(lines)}")
+    return Trace(problem, lines, ANSWER.format(value=" ".join(problem.value)), components, dag)
 
 
 # ------------------------------------------------------------------------------ rows
@@ -336,7 +332,7 @@ def make_trace(problem: Problem, recheck: bool = False) -> Trace:
 def problem_row(problem: Problem, row_id: str, index: int) -> dict[str, Any]:
     """A held-out problem: its question, its value (the gold answer) and its ideal packing."""
     widths = Shape.of(problem).widths
-    return {"id": row_id, "index": index, "question": problem.question, "answer": str(problem.value),
+    return {"id": row_id, "index": index, "question": problem.question, "answer": problem.value,
             "rounds": len(widths), "widths": list(widths), "subtasks": subtasks(problem)}
 
 
@@ -371,7 +367,7 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
     for i in range(cfg.n_train or 4000):
         trace = make_trace(fresh(draw), recheck=rechecks.random() < cfg.recheck_share)
         rows.add_trace({"id": f"ar-{i:05d}", "question": trace.question, "thought": trace.thought,
-                        "solution": trace.solution, "answer": str(trace.problem.value)},
+                        "solution": trace.solution, "answer": trace.problem.value},
                        {"components": trace.components, "dag": trace.dag})
     # drawn last, so that asking for them changes no training problem
     rows.beyond = [problem_row(fresh(wider, beyond_training), f"ar-beyond-{i:04d}", i) for i in range(cfg.beyond)]
@@ -380,8 +376,8 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
 
 # ------------------------------------------------------------------------------ reading problems back
 
-_GOAL = re.compile(r"^Find ([A-Z](?: \+ [A-Z])*) , keeping only last digits \.$")
-_EQUATION = re.compile(r"^([A-Z]) ([+*]) ([0-9]) = ([0-9]|[A-Z](?: \+ [A-Z])*) \.$")
+_GOAL = re.compile(r"^Find ([A-Z](?: , [A-Z])*) , keeping only last digits \.$")
+_EQUATION = re.compile(r"^([A-Z]) (?:([+*]) ([0-9]) = ([0-9A-Z])|(\+) ([A-Z]) = ([A-Z])) \.$")
 
 
 def parse_problem(text: str) -> Problem:
@@ -395,16 +391,17 @@ def parse_problem(text: str) -> Problem:
         match = _EQUATION.match(line.strip())
         if not match or match[1] != NAMES[i]:
             raise ValueError(f"not an equation of the mini task, named in order: {line!r}")
-        name, op, k, rhs = match[1], match[2], int(match[3]), match[4]
-        reads = () if rhs.isdigit() else tuple(built[r] for r in rhs.split(" + ") if r in built)
-        if not rhs.isdigit() and len(reads) != len(rhs.split(" + ")):
+        name, op, k, rhs = match[1], match[2] or match[5], match[3] or match[6], match[4] or match[7]
+        names = [v for v in (k, rhs) if v.isalpha()]
+        if any(v not in built for v in names):
             raise ValueError(f"{line!r} reads an unknown not defined above it")
-        target = int(rhs) if rhs.isdigit() else sum(r.value for r in reads) % 10
-        x = solve(op, k, target)
+        reads = tuple(built[v] for v in names)
+        k_value, target = (built[k].value if k.isalpha() else int(k)), (built[rhs].value if rhs.isalpha() else int(rhs))
+        x = solve(op, k_value, target)
         if not x:  # 0 is no try's digit either
             raise ValueError(f"no single digit 1-9 solves {line!r}")
-        built[name] = Node(x, op, k, reads=reads, number=int(rhs) if rhs.isdigit() else None)
-    goal_names = head[1].split(" + ")
+        built[name] = Node(x, op, k_value, reads=reads, number=None if rhs.isalpha() else int(rhs))
+    goal_names = head[1].split(" , ")
     if any(g not in built for g in goal_names):
         raise ValueError(f"the question asks for an unknown it does not define: {lines[0]!r}")
     return Problem(tuple(built.values()), tuple(built[g] for g in goal_names))
@@ -412,21 +409,20 @@ def parse_problem(text: str) -> Problem:
 
 @dataclass(frozen=True)
 class Step:
-    """An execution's first line read back: its equation, the digits it looked up by name, and the right
-    side's value as it worked it out."""
+    """An execution's first line read back: its equation, the digits it looked up by name, and the equation
+    restated with them."""
 
     op: str
     k: int
     reads: dict[str, int]
     target: int
-    sum_right: bool  # the looked-up digits add up to `target` (always, for a number)
+    restated_right: bool  # the restated equation holds the looked-up digits where it names them (always, for numbers)
 
 
 _PROMPT = re.compile(r"^Now ([A-Z]) \.$")
 _RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
-_HEAD = re.compile(r"^([A-Z]) ([+*]) ([0-9]) = (?:([0-9])|[A-Z](?: \+ [A-Z])* , where ([A-Z] is [0-9](?: and [A-Z] is [0-9])*)"
-                   r"(?: , and ([0-9](?: \+ [0-9])+(?: makes [0-9](?: \+ [0-9])*)+))? , so \1 \2 \3 = ([0-9])) , try each digit :$",
-                   re.M)
+_HEAD = re.compile(r"^([A-Z]) ([+*]) (?:([0-9]) = ([0-9])|([0-9A-Z]) = ([A-Z]) , where ([A-Z] is [0-9](?: and [A-Z] is [0-9])*)"
+                   r" , so \1 \2 ([0-9]) = ([0-9])) , try each digit :$", re.M)
 
 
 def read_prompt(text: str) -> str | None:
@@ -443,14 +439,14 @@ def read_result(execution: str) -> tuple[str, int] | None:
 
 def read_step(execution: str) -> Step | None:
     """An execution's first line (`C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :`; reading two,
-    `... where A is 6 and B is 7 , and 6 + 7 makes 3 , so C * 7 = 3 , ...`); None when it has none."""
+    `D + B = A , where B is 4 and A is 6 , so D + 4 = 6 , ...`); None when it has none."""
     match = _HEAD.search(execution)
     if not match:
         return None
-    op, k = match[2], int(match[3])
-    if match[4] is not None:
-        return Step(op, k, {}, int(match[4]), True)
-    looked_up = [(n, int(v)) for n, v in re.findall(r"([A-Z]) is ([0-9])", match[5])]
-    reads, values, target = dict(looked_up), [v for _, v in looked_up], int(match[7])
-    work = add_up(values) if len(values) > 1 else None  # what the head should write between lookups and equation
-    return Step(op, k, reads, target, match[6] == work and target == sum(values) % 10)
+    op = match[2]
+    if match[3] is not None:
+        return Step(op, int(match[3]), {}, int(match[4]), True)
+    reads = {n: int(v) for n, v in re.findall(r"([A-Z]) is ([0-9])", match[7])}
+    k, target = int(match[8]), int(match[9])
+    want_k = reads.get(match[5]) if match[5].isalpha() else int(match[5])
+    return Step(op, k, reads, target, want_k == k and reads.get(match[6]) == target)

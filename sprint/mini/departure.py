@@ -52,7 +52,7 @@ def kind_of(line: str) -> str:
         return "round names"
     if line.startswith(_lead(NOW)):
         return "prompt"
-    if re.match(r"^[A-Z] [+*] [0-9] = ", line):
+    if re.match(r"^[A-Z] [+*] [0-9A-Z] = ", line):
         return "lookup head" if " where " in line else "definition"
     if line.startswith(_lead(RESULT)):
         return "result"

@@ -95,7 +95,7 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
             work = execution.text if execution else ""
             step, result = read_step(work), read_result(work)
             if step is not None and result is not None:
-                miscomputed += not step.sum_right or apply(result[1], step.op, step.k) != step.target
+                miscomputed += not step.restated_right or apply(result[1], step.op, step.k) != step.target
             if result is not None:
                 found.append(result)
             node = nodes.get(name or "")
@@ -108,9 +108,8 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
             reported.setdefault(name, value)
     expected = subtasks(problem)
     matches = len(rounds) == len(expected) and all(Counter(m) == Counter(e) for m, e in zip(rounds, expected))
-    own = sum(reported.get(problem.name(n), n.value) for n in problem.goal) % 10
-    boxed = "".join((last_boxed(traj.final_answer) or "").split())
-    answer_differs = not (boxed.isascii() and boxed.isdigit() and int(boxed) == own)
+    own = "".join(str(reported.get(problem.name(n), n.value)) for n in problem.goal)
+    answer_differs = "".join((last_boxed(traj.final_answer) or "").split()) != own
     return PlanReading(**base, formed=True, widths=tuple(len(w) for w in rounds), matches=matches,
                        uses=uses, copied=copied, miscomputed=miscomputed, answer_differs=answer_differs)
 

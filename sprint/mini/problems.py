@@ -35,7 +35,7 @@ class MiniDataConfig:
         "(greedy decoding follows the majority, which does not)", var="RECHECK_SHARE")
     max_rounds: int = option(3, "arithmetic: most rounds of subtasks (the DAG's depth)", var="MAX_ROUNDS")
     max_width: int = option(4, "arithmetic: most subtasks in one round", var="MAX_WIDTH")
-    max_subtasks: int = option(7, "arithmetic: most subtasks in a problem (of three rounds or more: 4)", var="MAX_SUBTASKS")
+    max_subtasks: int = option(8, "arithmetic: most subtasks in a problem (of three rounds or more: 4)", var="MAX_SUBTASKS")
     beyond: int = option(0, "arithmetic: also write test_beyond.jsonl, this many held-out problems one round deeper "
                          "or one subtask wider than any training problem (generalisation; reported, no target)",
                          var="BEYOND")
