@@ -7,7 +7,7 @@ its last digit):
     A + 7 = 3 .
     B * 3 = 4 .
     C * 7 = A .
-    D + B = A .
+    D + A = B .
 
 Each equation is a subtask: find the digit that solves it by trying every digit 1-9, one line a try
 (`4 * 3 = 2 , want 4 , no .`, the one that fits `8 * 3 = 4 , want 4 , yes .`; all nine, to be sure only one
@@ -27,10 +27,10 @@ later `Then C , D .`), then each subtask in turn
 (`Now C .`; its equation restated with the digits it reads, looked up in the words of their results,
 `where A is 6`; the tries; `So C is 8 .`); a share of traces checks the last search once more (R1's habit,
 the slack GRPO can remove); then the digits asked for are looked up the same way in the plan
-(`That is all : C is 8 and D is 1 .`) and boxed in the question's order (`\boxed{ 8 1 }`).
+(`That is all : C is 8 and D is 2 .`) and boxed in the question's order (`\boxed{ 8 2 }`).
 
 Every step is a copy or a try, none a sum: an equation that reads two unknowns reads one as its constant
-(`D + B = A`, so `D + 4 = 6`), and several digits asked for are listed, not added. A model of this size
+(`D + A = B`, so `D + 6 = 8`), and several digits asked for are listed, not added. A model of this size
 learned the tries and the copies but not sums of looked-up digits, which the equations and the answer once
 asked for (docs/experiments.md, "No sums").
 
@@ -123,7 +123,7 @@ def solve(op: str, k: int, target: int) -> int | None:
 @dataclass(frozen=True)
 class Problem:
     """Equations listed in the question's order (round by round; names A, B, ... in that order), and the
-    unknowns whose sum is asked for."""
+    unknowns asked for."""
 
     order: tuple[Node, ...]
     goal: tuple[Node, ...]
@@ -263,7 +263,7 @@ def work_lines(problem: Problem, node: Node) -> list[str]:
 
 def done_line(problem: Problem) -> str:
     """The digits asked for, each looked up in the words of its result as a search's head looks up what it
-    reads: `That is all : C is 8 and D is 1 .`"""
+    reads: `That is all : C is 8 and D is 2 .`"""
     return DONE.format(work=" and ".join(LOOKUP.format(name=problem.name(n), value=n.value) for n in problem.goal))
 
 
