@@ -13,12 +13,13 @@ Each equation is a subtask: find the digit that solves it by trying every digit 
 (`4 * 3 = 2 , want 4 , no .`, the one that fits `8 * 3 = 4 , want 4 , yes .`; all nine, to be sure only one
 fits, so an execution is 11 lines: long enough that packing keeps it as parallel work). Each try restates the
 digit it wants, so its verdict compares two digits of its own line, and an execution is long beside the plan
-lines that open it (the ideal packing's longest quartile 0.46 of the trace's tokens, 0.53 without). A right side that names
-other unknowns needs their digits first, so the equations' names are the DAG: equations whose right side
-is a number are independent and run in one round, an equation that reads the round before runs in the
-next, and an unknown's height (1 + the highest it reads) is its round. The number of rounds, the
-subtasks per round and which subtask reads which vary with the problem, and are read from it only by
-reading which equation names which (a chain has no parallelism at all). The question lists the equations
+lines that open it (the ideal packing's longest quartile 0.46 of the trace's tokens, 0.53 without).
+
+A right side that names other unknowns needs their digits first, so the equations' names are the DAG:
+equations whose right side is a number are independent and run in one round, an equation that reads the
+round before runs in the next, and an unknown's height (1 + the highest it reads) is its round. The number
+of rounds, the subtasks per round and which subtask reads which vary with the problem, and are read from it
+only by reading which equation names which (a chain has no parallelism at all). The question lists the equations
 round by round, shuffled within a round and named A, B, ... in that order; where one round ends is what
 the plan must read.
 
