@@ -396,12 +396,12 @@ def parse_problem(text: str) -> Problem:
         names = [v for v in (k, rhs) if v.isalpha()]
         if any(v not in built for v in names):
             raise ValueError(f"{line!r} reads an unknown not defined above it")
-        reads = tuple(built[v] for v in names)
-        k_value, target = (built[k].value if k.isalpha() else int(k)), (built[rhs].value if rhs.isalpha() else int(rhs))
+        k_value, target = (built[v].value if v.isalpha() else int(v) for v in (k, rhs))
         x = solve(op, k_value, target)
         if not x:  # 0 is no try's digit either
             raise ValueError(f"no single digit 1-9 solves {line!r}")
-        built[name] = Node(x, op, k_value, reads=reads, number=None if rhs.isalpha() else int(rhs))
+        built[name] = Node(x, op, k_value, reads=tuple(built[v] for v in names),
+                           number=None if rhs.isalpha() else target)
     goal_names = head[1].split(" , ")
     if any(g not in built for g in goal_names):
         raise ValueError(f"the question asks for an unknown it does not define: {lines[0]!r}")
