@@ -307,9 +307,6 @@ if (( GRPO_STEPS > 0 )); then
 fi
 
 step "6. evaluate (Table 2) and view"
-# evaluate replaces its folder only when it holds nothing but a report; the summary's own files (REUSE=1, make
-# demo-grpo) come back with `sprint mini-summary` below
-rm -f "$OUT/evaluation/miniature.md" "$OUT/evaluation/figure5.png"
 "$SPRINT_BIN" evaluate "${runs[@]}" "${baseline[@]}" --task "$TASK-mini" --planner-tokenizer "$OUT/tokenizer" \
   --out "$OUT/evaluation"
 "$SPRINT_BIN" view "${runs[@]}" "${baseline[@]}" --planner-tokenizer "$OUT/tokenizer" --out "$OUT/view"

@@ -65,6 +65,6 @@ def test_a_sprint_model_trained_from_scratch_plans_each_problems_own_dag(plan_ru
     phases = [figures.by_depth[d]["phases"] for d in sorted(figures.by_depth)]
     assert len(phases) >= 3 and phases == sorted(phases) and phases[0] < phases[-1], figures.by_depth
     # the summary and the table the main job ends with are written for this task too
-    assert "plan equals the ideal packing" in (plan_run / "evaluation" / "miniature.md").read_text()
+    assert "plan equals the ideal packing" in (plan_run / "miniature" / "miniature.md").read_text()
     table = json.loads((plan_run / "evaluation" / "table2.json").read_text())
     assert [r["method"] for r in table["rows"]] == ["SPRINT stream"]

@@ -1,5 +1,6 @@
 """The arithmetic miniature's own figures: what needs the generator (a problem's depth, size and ideal
-packing), printed by `sprint mini-summary` and written to OUT/evaluation/miniature.md with its PNG.
+packing), printed by `sprint mini-summary` and written to OUT/miniature/miniature.md with its PNG (a folder of the
+summary's own: `evaluate` owns OUT/evaluation and replaces it whole).
 
 - the learned plans: well-formed share, the shapes that occur, plan fidelity and copies, each beside the
   demo's target (`sprint.mini.fidelity`), and where the wrong answers went;
@@ -28,8 +29,9 @@ from sprint.mini.ideal import ideal
 
 SPRINT_RUNS = {"SPRINT barrier": "sprint-barrier", "SPRINT stream": "sprint-stream"}
 BEYOND_RUN = "sprint-beyond"  # scripts/mini_demo.sh with BEYOND > 0: SPRINT stream on data/test_beyond.jsonl
+SUMMARY_DIR = "miniature"  # OUT/miniature: the summary's files, beside evaluate's OUT/evaluation
 FIGURE5 = "figure5.png"
-MINIATURE = "miniature.md"  # the sections below, beside evaluate's report.md
+MINIATURE = "miniature.md"  # the sections below
 
 
 @dataclass(frozen=True)
@@ -149,8 +151,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def arithmetic_sections(root: Path) -> list[str]:
-    """The markdown of the miniature's own figures (also printed); writes the Figure 5 PNG."""
-    evaluation = root / "evaluation"
+    """The markdown of the miniature's own figures (also printed); writes the Figure 5 PNG to OUT/miniature."""
     readings = {name: read_run(root / "runs" / folder) for name, folder in SPRINT_RUNS.items()
                 if (root / "runs" / folder / "records.jsonl").is_file()}
     if not readings:
@@ -171,9 +172,10 @@ def arithmetic_sections(root: Path) -> list[str]:
     lines.append("")
     lines += _table(["size (subtasks)", "problems", *(f"{n}: prompts per phase" for n in names), "ideal packing"],
                     figure5_rows(figures, "size"))
-    plot_figure5(figures, evaluation / FIGURE5)
+    (root / SUMMARY_DIR).mkdir(exist_ok=True)
+    plot_figure5(figures, root / SUMMARY_DIR / FIGURE5)
     lines += ["", f"![Figure 5]({FIGURE5})", ""]
-    metrics_path = evaluation / "metrics.json"
+    metrics_path = root / "evaluation" / "metrics.json"
     if metrics_path.is_file():
         problems = list(iter_jsonl(root / "data" / "test.jsonl"))
         rows = figure6_rows(json.loads(metrics_path.read_text()), held_out_ideals(root, problems))

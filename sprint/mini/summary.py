@@ -23,7 +23,7 @@ from sprint.format.trajectory import TrajectoryError, count_tokens, parse
 from sprint.mini.countdown import RECHECK
 from sprint.mini.departure import departures, format_departures
 from sprint.mini.diagnosis import arithmetic, diagnose, format_diagnosis
-from sprint.mini.figures import MINIATURE, arithmetic_sections
+from sprint.mini.figures import MINIATURE, SUMMARY_DIR, arithmetic_sections
 from sprint.mini.grpo import CURVE, grpo_curve
 from sprint.mini.problems import TASKS
 
@@ -172,8 +172,9 @@ def print_summary(out: str, task: str = "countdown") -> int:
             print("\nRFT: where each output first leaves the trace the generator would write")
             print("\n".join("  " + line for line in format_departures(departures(root / "runs" / "rft"))))
         sections = arithmetic_sections(root)
-        (root / "evaluation" / MINIATURE).write_text("# The miniature's own figures\n\n" + "\n".join(sections) + "\n")
+        (root / SUMMARY_DIR / MINIATURE).write_text("# The miniature's own figures\n\n" + "\n".join(sections) + "\n")
         print("\n" + "\n".join(sections))
+        print(f"\nthe miniature's figures: {root / SUMMARY_DIR / MINIATURE}")
     grpo_summary(root, rows)
     print(f"\nreport: {root / 'evaluation' / 'report.md'}  table: {root / 'evaluation' / 'table2.json'}  "
           f"viewer: {root / 'view' / 'index.html'}")
