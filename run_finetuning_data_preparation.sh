@@ -23,7 +23,8 @@ args=(--input "$DATA" --out-dir "$OUT_DIR")
 # SEED (split seed), RANGE (START:END of the input records), SPLIT / SUBSET (hub datasets),
 # MAX_PROMPTS_PER_PLAN, AGENT_PROMPT (the system text of every example), COMMENTS (drop: as the released
 # training data, the default; observe: comments rendered as the paper describes), EXECUTOR_ROWS
-# (none, the default: the released layout; barrier/stream/both: also train each executor's view).
+# (none, the default: the released layout; barrier/stream/both: also train each executor's view; distinct: both
+# schedules' views, each once and none the packed row holds verbatim).
 # SEQUENTIAL (1/true/yes/on): also write sequential_train.jsonl / sequential_test.jsonl (RFT data).
 for var in PARALLELIZATION_THRESHOLD MAX_PHASES TEST_FRAC SEED RANGE COMMENTS SPLIT SUBSET MAX_PROMPTS_PER_PLAN AGENT_PROMPT EXECUTOR_ROWS; do
   if [[ -n "${!var:-}" ]]; then args+=("--$(tr '[:upper:]_' '[:lower:]-' <<< "$var")=${!var}"); fi

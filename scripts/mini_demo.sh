@@ -51,7 +51,10 @@ MAX_STEPS="${MAX_STEPS:-1000}"           # RFT's fine-tuning steps from the base
                                          # 750 left SPRINT 6 points behind RFT, 1000 2 points (docs/experiments.md, "Budget")
 FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
 SIDE_BY_SIDE="${SIDE_BY_SIDE:-1}"        # 1: the SPRINT and RFT fine-tunes run at once, one thread each (0: one after the other, two threads)
-EXECUTOR_ROWS="${EXECUTOR_ROWS:-both}"   # executor-view rows: the view each schedule sends (barrier: the whole plan; stream: the plan up to the prompt)
+# executor-view rows: the view each schedule sends (barrier: the whole plan; stream: the plan up to the prompt); the
+# arithmetic task's are distinct: each view once, none the packed row holds, so one token budget passes over its
+# plans 1.7 times as often (docs/experiments.md, "Each view once")
+EXECUTOR_ROWS="${EXECUTOR_ROWS:-$([[ "$TASK" == arithmetic ]] && echo distinct || echo both)}"
 TIMED="${TIMED:-50}"                     # the first held-out problems, run one at a time: the seconds column (latency)
 PROBLEM_WORKERS="${PROBLEM_WORKERS:-8}"  # problems in flight after them (answers and tokens only), the same for every method
 WARMUP="${WARMUP:-4}"                    # problems run first on a fresh server, one at a time, and thrown away

@@ -120,7 +120,26 @@ def test_executor_rows_add_train_rows_only_and_leave_the_released_rows_as_they_w
 
 def test_executor_row_modes_and_the_schedules_agree() -> None:
     assert set(VIEW_SCHEDULES) == set(schedule_names())  # curation may not import inference: checked here
-    assert [executor_schedules(m) for m in EXECUTOR_ROW_MODES] == [(), ("barrier",), ("stream",), ("barrier", "stream")]
+    assert [executor_schedules(m) for m in EXECUTOR_ROW_MODES] == [(), ("barrier",), ("stream",), ("barrier", "stream"),
+                                                                  ("barrier", "stream")]
+
+
+def test_distinct_executor_rows_train_every_view_once(tmp_path: Path) -> None:
+    """`distinct` keeps every view `both` trains, each in one row, and none that the packed row holds verbatim."""
+    src = write_input(tmp_path)
+    rows = {}
+    for mode in ("both", "distinct"):
+        pack(str(src), tmp_path / mode, parallelization_threshold=1.0, test_frac=0.0, executor_rows=mode)
+        rows[mode] = read_jsonl(tmp_path / mode / "train.jsonl")
+    main = {r["id"]: full_text(r) for r in rows["both"] if "#" not in r["id"]}
+    assert main == {r["id"]: full_text(r) for r in rows["distinct"] if "#" not in r["id"]}
+    key = lambda r: (r["id"].split("#")[0], full_text(r))  # noqa: E731
+    distinct = [key(r) for r in rows["distinct"] if "#" in r["id"]]
+    assert len(distinct) == len(set(distinct))
+    assert not any(main[tid].startswith(text) for tid, text in distinct)
+    both = {key(r) for r in rows["both"] if "#" in r["id"]}
+    assert set(distinct) == {(tid, text) for tid, text in both if not main[tid].startswith(text)}
+    assert 0 < len(distinct) < len(both)
 
 
 def test_an_executor_row_is_its_view_then_its_execution() -> None:

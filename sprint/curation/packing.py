@@ -312,7 +312,8 @@ class PackConfig:
     executor_rows: str = option(DEFAULT_EXECUTOR_ROWS,
                                 "also train each executor's view (train split only, ids `ID#exec_p.k@SCHEDULE`): "
                                 "per executed prompt one row continuing what `orchestrate` sends that executor "
-                                "under the barrier and/or stream schedule, the loss on its execution only; none: the released layout only",
+                                "under the barrier and/or stream schedule, the loss on its execution only; distinct: both schedules' "
+                                "views, each once and none the packed row holds verbatim; none: the released layout only",
                                 choices=EXECUTOR_ROW_MODES, var="EXECUTOR_ROWS")
     sequential: bool = option(False, "also write sequential_train.jsonl / sequential_test.jsonl: the same kept "
                               "traces and split in sequential form (thought, then the solution), the RFT baseline's data",
@@ -464,8 +465,8 @@ def _pack_into(run: RunDir, cfg: PackConfig, source: PackInput, agent_prompt: st
     record_ids: list[str] = []
     kept_ids: list[str] = []
     records_part, kept_part = run.path / _RECORDS_PART, run.path / _KEPT_PART
-    extras = ExtraRows(run.path, agent_prompt, executor_schedules(cfg.executor_rows), cfg.sequential,
-                       cfg.max_prompts_per_plan)
+    extras = ExtraRows(run.path, agent_prompt, executor_schedules(cfg.executor_rows), cfg.executor_rows == "distinct",
+                       cfg.sequential, cfg.max_prompts_per_plan)
     try:
         with open(records_part, "w", encoding="utf-8") as rec_f, open(kept_part, "w", encoding="utf-8") as kept_f, extras:
             for it in source:
@@ -473,9 +474,10 @@ def _pack_into(run: RunDir, cfg: PackConfig, source: PackInput, agent_prompt: st
                 rec_f.write(json.dumps(r.record(), ensure_ascii=False) + "\n")
                 record_ids.append(r.id)
                 if r.status == "ok":
-                    kept_f.write(json.dumps(sft_example(agent_prompt, r.id, r.trajectory, r.body), ensure_ascii=False) + "\n")
+                    row = sft_example(agent_prompt, r.id, r.trajectory, r.body)
+                    kept_f.write(json.dumps(row, ensure_ascii=False) + "\n")
                     kept_ids.append(r.id)
-                    extras.add(r.id, r.trajectory, it.thought, it.solution)
+                    extras.add(r.id, r.trajectory, it.thought, it.solution, row["messages"][1]["content"])
                 r.trajectory = r.body = None
                 results.append(r)
         source.check()

@@ -13,6 +13,11 @@ Every executed prompt gets its row, also the first of a barrier phase, whose vie
 already holds verbatim: measured in the mini experiment, a small model trained without those rows
 learns "a fresh view means prompt 2 or 3" and mixes up prompts 1.2 and 1.3 (it copies the wrong
 prompt's numbers in 40 % of its executor rows after 785 steps); with them it reads the tag.
+`--executor-rows distinct` trains each view the schedules send once: no view that the packed row holds
+verbatim (the first prompt of a phase under barrier, and a lone prompt under both), and one row where
+both schedules send the same view (a phase's last prompt). Under one token budget the rows of `both`
+spend most of it on contexts that carry no loss, a third of them repeats; `distinct` passes over the
+plans and executions about 1.7 times as often (the arithmetic miniature's rows).
 
 Only the execution is trained. The turn is two assistant messages, the context with `"loss": false`
 and the execution + closing tag with `"loss": true`: ms-swift 4.6 (template backend `swift`) joins
@@ -48,12 +53,13 @@ from sprint.format.trajectory import (
 )
 
 # --executor-rows: which executor views become extra training rows (none: the released data only).
-EXECUTOR_ROW_MODES = ("none", "barrier", "stream", "both")
+EXECUTOR_ROW_MODES = ("none", "barrier", "stream", "both", "distinct")
 DEFAULT_EXECUTOR_ROWS = "none"
 # The schedules' names (`sprint.inference.schedule.SCHEDULES`; curation may not import inference,
 # tests/test_sft_rows.py checks that the two agree).
 VIEW_SCHEDULES = ("barrier", "stream")
-_MODE_SCHEDULES = {"none": (), "barrier": ("barrier",), "stream": ("stream",), "both": VIEW_SCHEDULES}
+_MODE_SCHEDULES = {"none": (), "barrier": ("barrier",), "stream": ("stream",), "both": VIEW_SCHEDULES,
+                   "distinct": VIEW_SCHEDULES}
 EXEC_ID = "#exec_"  # id of an executor row: `<trace id>#exec_<p.k>@<schedule>`
 SEQUENTIAL_PREFIX = "sequential_"  # sequential_train.jsonl / sequential_test.jsonl
 
@@ -111,10 +117,13 @@ def assistant_text(row: dict[str, Any]) -> str:
 
 
 def executor_rows(user: str, item_id: str, traj: Trajectory, schedules: tuple[str, ...],
-                  max_prompts_per_plan: int) -> list[dict[str, Any]]:
+                  max_prompts_per_plan: int, main: str | None = None) -> list[dict[str, Any]]:
     """One row per executed prompt and schedule, in phase and prompt order; plans with more prompts
-    than `max_prompts_per_plan` are skipped, as they are for the main rows."""
+    than `max_prompts_per_plan` are skipped, as they are for the main rows. With `main` (the packed
+    row's assistant text: `--executor-rows distinct`), each distinct view once and none that `main`
+    already trains verbatim."""
     rows = []
+    seen: set[str] = set()
     for index, phase in enumerate(traj.phases):
         prompts = phase.prompts
         if len(prompts) > max_prompts_per_plan:
@@ -128,6 +137,10 @@ def executor_rows(user: str, item_id: str, traj: Trajectory, schedules: tuple[st
             assert rendered.startswith(opened)
             for schedule in schedules:
                 context = f"{THINK}\n" + executor_context(traj, index, prompt, schedule)
+                if main is not None:
+                    if context in seen or main.startswith(context + rendered[len(opened):]):
+                        continue
+                    seen.add(context)
                 rows.append(executor_row(user, context, rendered[len(opened):], executor_id(item_id, prompt.name, schedule)))
     return rows
 
@@ -150,6 +163,7 @@ class ExtraRows:
     folder: Path
     agent_prompt: str
     schedules: tuple[str, ...]
+    distinct: bool  # --executor-rows distinct: each view once, none the packed row holds
     sequential: bool
     max_prompts_per_plan: int
     executor_ids: list[str] = field(default_factory=list)  # the trace of each line of executor_part
@@ -173,11 +187,12 @@ class ExtraRows:
         for f in self._files:
             f.close()
 
-    def add(self, item_id: str, traj: Trajectory, thought: str | None, solution: str | None) -> None:
-        """The extra rows of one kept trace."""
+    def add(self, item_id: str, traj: Trajectory, thought: str | None, solution: str | None, main: str) -> None:
+        """The extra rows of one kept trace (`main`: its packed row's assistant text)."""
         exec_f, seq_f = self._files
         user = sft_user_content(self.agent_prompt, traj.question)
-        for row in executor_rows(user, item_id, traj, self.schedules, self.max_prompts_per_plan):
+        for row in executor_rows(user, item_id, traj, self.schedules, self.max_prompts_per_plan,
+                                 main if self.distinct else None):
             exec_f.write(json.dumps(row, ensure_ascii=False) + "\n")
             self.executor_ids.append(item_id)
         if not self.sequential:
