@@ -16,8 +16,8 @@ prompt's numbers in 40 % of its executor rows after 785 steps); with them it rea
 `--executor-rows distinct` trains each view the schedules send once: no view that the packed row holds
 verbatim (the first prompt of a phase under barrier, and a lone prompt under both), and one row where
 both schedules send the same view (a phase's last prompt). Under one token budget the rows of `both`
-spend most of it on contexts that carry no loss, a third of them repeats; `distinct` passes over the
-plans and executions about 1.7 times as often (the arithmetic miniature's rows).
+spend most of it on contexts that carry no loss, and half of them train a view already trained; `distinct`
+passes over the plans and executions about 1.7 times as often (the arithmetic miniature's rows).
 
 Only the execution is trained. The turn is two assistant messages, the context with `"loss": false`
 and the execution + closing tag with `"loss": true`: ms-swift 4.6 (template backend `swift`) joins
