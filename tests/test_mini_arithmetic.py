@@ -22,6 +22,7 @@ from sprint.mini.figures import arithmetic_sections
 from sprint.mini.generate import write_mini_data
 from sprint.mini.ideal import ideal_trajectory
 from sprint.mini.problems import MiniDataConfig
+from sprint.mini.summary import print_summary
 from sprint.tasks.registry import get_task
 from tests.helpers import teacher_stages
 
@@ -220,3 +221,12 @@ def test_the_summary_reads_a_run_of_ideal_plans_as_ideal(data: Path, tmp_path: P
     assert depth_rows and all(row.split(" | ")[2] == row.split(" | ")[3].rstrip(" |") for row in depth_rows)
     assert (root / "miniature" / "figure5.png").stat().st_size > 1000
     assert not (root / "evaluation").exists()  # evaluate's folder, which it replaces whole, holds nothing of the summary
+
+
+def test_the_summary_of_a_folder_without_sprint_runs_still_writes_its_file(tmp_path: Path) -> None:
+    """`sprint mini-summary --task arithmetic` on a folder that holds Table 2 but no SPRINT run: no sections, and
+    its miniature.md is written all the same, in its own folder."""
+    (tmp_path / "evaluation").mkdir()
+    (tmp_path / "evaluation" / "table2.json").write_text(json.dumps({"rows": []}))
+    assert print_summary(str(tmp_path), "arithmetic") == 0
+    assert (tmp_path / "miniature" / "miniature.md").read_text() == "# The miniature's own figures\n\n\n"
