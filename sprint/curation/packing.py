@@ -50,7 +50,7 @@ from sprint.curation.phases import (COMMENT_MODES, DEFAULT_AGENT_PROMPT, DEFAULT
                            FINAL_ANSWER_HEADING, MAX_PROMPTS_PER_PLAN, MERGE_SPAN, PackedComponent, PackError,
                            build_trajectory, final_answer_from_solution, packed_components)
 from sprint.curation.sft_rows import (DEFAULT_EXECUTOR_ROWS, EXECUTOR_ROW_MODES, SEQUENTIAL_PREFIX, ExtraRows,
-                                     executor_schedules, format_extra_summary)
+                                     format_extra_summary)
 from sprint.format.prompt_format import sft_user_content
 from sprint.core.records import RunDir
 from sprint.core.manifest import text_hash
@@ -465,8 +465,7 @@ def _pack_into(run: RunDir, cfg: PackConfig, source: PackInput, agent_prompt: st
     record_ids: list[str] = []
     kept_ids: list[str] = []
     records_part, kept_part = run.path / _RECORDS_PART, run.path / _KEPT_PART
-    extras = ExtraRows(run.path, agent_prompt, executor_schedules(cfg.executor_rows), cfg.executor_rows == "distinct",
-                       cfg.sequential, cfg.max_prompts_per_plan)
+    extras = ExtraRows(run.path, agent_prompt, cfg.executor_rows, cfg.sequential, cfg.max_prompts_per_plan)
     try:
         with open(records_part, "w", encoding="utf-8") as rec_f, open(kept_part, "w", encoding="utf-8") as kept_f, extras:
             for it in source:
@@ -496,7 +495,7 @@ def _pack_into(run: RunDir, cfg: PackConfig, source: PackInput, agent_prompt: st
     run.done = {r.id: {"status": r.status} for r in results}  # what the manifest counts
     summary = _summary(results, n_train, n_test)
     summary.update(comments=cfg.comments, test_frac=cfg.test_frac)
-    summary.update(extras.summary(cfg.executor_rows, n_exec, n_seq[0], n_seq[1]))
+    summary.update(extras.summary(n_exec, n_seq[0], n_seq[1]))
     summary["seconds"] = round(time.monotonic() - started, 2)
     atomic_write(run.path / "summary.json", json.dumps(summary, indent=2) + "\n")
     pushed = None

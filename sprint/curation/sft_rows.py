@@ -135,13 +135,14 @@ def executor_rows(user: str, item_id: str, traj: Trajectory, schedules: tuple[st
             # render_execution opens with `open_execution`, the end of executor_context: the rest is trained
             opened, rendered = open_execution(prompt.name), render_execution(prompt.name, execution.text)
             assert rendered.startswith(opened)
+            trained = rendered[len(opened):]
             for schedule in schedules:
                 context = f"{THINK}\n" + executor_context(traj, index, prompt, schedule)
                 if main is not None:
-                    if context in seen or main.startswith(context + rendered[len(opened):]):
+                    if context in seen or main.startswith(context + trained):
                         continue
                     seen.add(context)
-                rows.append(executor_row(user, context, rendered[len(opened):], executor_id(item_id, prompt.name, schedule)))
+                rows.append(executor_row(user, context, trained, executor_id(item_id, prompt.name, schedule)))
     return rows
 
 
@@ -162,14 +163,20 @@ class ExtraRows:
 
     folder: Path
     agent_prompt: str
-    schedules: tuple[str, ...]
-    distinct: bool  # --executor-rows distinct: each view once, none the packed row holds
+    executor_mode: str  # --executor-rows (EXECUTOR_ROW_MODES)
     sequential: bool
     max_prompts_per_plan: int
     executor_ids: list[str] = field(default_factory=list)  # the trace of each line of executor_part
     sequential_ids: list[str] = field(default_factory=list)  # the trace of each line of sequential_part
     no_thought: list[str] = field(default_factory=list)  # kept traces without a thought: no sequential row
     _files: list[IO[str]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        executor_schedules(self.executor_mode)  # an unknown mode fails here, before any row is written
+
+    @property
+    def schedules(self) -> tuple[str, ...]:
+        return executor_schedules(self.executor_mode)
 
     @property
     def executor_part(self) -> Path:
@@ -192,7 +199,7 @@ class ExtraRows:
         exec_f, seq_f = self._files
         user = sft_user_content(self.agent_prompt, traj.question)
         for row in executor_rows(user, item_id, traj, self.schedules, self.max_prompts_per_plan,
-                                 main if self.distinct else None):
+                                 main if self.executor_mode == "distinct" else None):
             exec_f.write(json.dumps(row, ensure_ascii=False) + "\n")
             self.executor_ids.append(item_id)
         if not self.sequential:
@@ -207,11 +214,11 @@ class ExtraRows:
         for part in (self.executor_part, self.sequential_part):
             part.unlink(missing_ok=True)
 
-    def summary(self, executor_mode: str, n_executor: int, n_seq_train: int, n_seq_test: int) -> dict[str, Any]:
+    def summary(self, n_executor: int, n_seq_train: int, n_seq_test: int) -> dict[str, Any]:
         """The summary's entries for the extra rows (none for the defaults, whose summary is unchanged)."""
         out: dict[str, Any] = {}
         if self.schedules:
-            out["executor_rows"] = {"mode": executor_mode, "train": n_executor}
+            out["executor_rows"] = {"mode": self.executor_mode, "train": n_executor}
         if self.sequential:
             out["sequential"] = {"train": n_seq_train, "test": n_seq_test, "no_thought": len(self.no_thought)}
         return out
