@@ -12,6 +12,9 @@
 # transformers 5.19. torch is installed first, on its own and pinned (an unpinned torch would resolve
 # to the newest CUDA build, several GB); every later install repeats the installed torch and
 # transformers versions so the resolver cannot swap them. Everything comes from PyPI.
+# It does not stand in for .venv-vllm: ms-swift registers a vLLM general plugin that imports vLLM's Qwen3.5
+# model, whose image processor needs torchvision (uninstalled below), so `python -m vllm.entrypoints.openai.api_server`
+# from this venv exits at startup with "No module named 'torchvision'".
 # Idempotent: a venv that already imports the pinned versions is left alone.
 set -euo pipefail
 
