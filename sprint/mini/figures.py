@@ -151,9 +151,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def arithmetic_sections(root: Path) -> list[str]:
-    """The markdown of the miniature's own figures (also printed); writes the Figure 5 PNG to OUT/miniature,
-    which it makes (the summary writes its markdown there even when no SPRINT run gives a section)."""
-    (root / SUMMARY_DIR).mkdir(exist_ok=True)
+    """The markdown of the miniature's own figures (also printed); writes the Figure 5 PNG to OUT/miniature."""
     readings = {name: read_run(root / "runs" / folder) for name, folder in SPRINT_RUNS.items()
                 if (root / "runs" / folder / "records.jsonl").is_file()}
     if not readings:
@@ -174,6 +172,7 @@ def arithmetic_sections(root: Path) -> list[str]:
     lines.append("")
     lines += _table(["size (subtasks)", "problems", *(f"{n}: prompts per phase" for n in names), "ideal packing"],
                     figure5_rows(figures, "size"))
+    (root / SUMMARY_DIR).mkdir(exist_ok=True)
     plot_figure5(figures, root / SUMMARY_DIR / FIGURE5)
     lines += ["", f"![Figure 5]({FIGURE5})", ""]
     metrics_path = root / "evaluation" / "metrics.json"

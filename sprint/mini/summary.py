@@ -172,9 +172,11 @@ def print_summary(out: str, task: str = "countdown") -> int:
             print("\nRFT: where each output first leaves the trace the generator would write")
             print("\n".join("  " + line for line in format_departures(departures(root / "runs" / "rft"))))
         sections = arithmetic_sections(root)
-        (root / SUMMARY_DIR / MINIATURE).write_text("# The miniature's own figures\n\n" + "\n".join(sections) + "\n")
+        miniature = root / SUMMARY_DIR / MINIATURE  # written even when no SPRINT run gives a section
+        miniature.parent.mkdir(exist_ok=True)
+        miniature.write_text("# The miniature's own figures\n\n" + "\n".join(sections) + "\n")
         print("\n" + "\n".join(sections))
-        print(f"\nthe miniature's figures: {root / SUMMARY_DIR / MINIATURE}")
+        print(f"\nthe miniature's figures: {miniature}")
     grpo_summary(root, rows)
     print(f"\nreport: {root / 'evaluation' / 'report.md'}  table: {root / 'evaluation' / 'table2.json'}  "
           f"viewer: {root / 'view' / 'index.html'}")
