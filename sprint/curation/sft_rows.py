@@ -166,17 +166,14 @@ class ExtraRows:
     executor_mode: str  # --executor-rows (EXECUTOR_ROW_MODES)
     sequential: bool
     max_prompts_per_plan: int
+    schedules: tuple[str, ...] = field(init=False)  # whose executor views the mode trains
     executor_ids: list[str] = field(default_factory=list)  # the trace of each line of executor_part
     sequential_ids: list[str] = field(default_factory=list)  # the trace of each line of sequential_part
     no_thought: list[str] = field(default_factory=list)  # kept traces without a thought: no sequential row
     _files: list[IO[str]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        executor_schedules(self.executor_mode)  # an unknown mode fails here, before any row is written
-
-    @property
-    def schedules(self) -> tuple[str, ...]:
-        return executor_schedules(self.executor_mode)
+        self.schedules = executor_schedules(self.executor_mode)  # an unknown mode fails here, before any row
 
     @property
     def executor_part(self) -> Path:
