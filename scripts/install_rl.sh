@@ -63,7 +63,9 @@ fi
 
 # The sprint package (rewards, orchestration loop) for the plugin; its own dependencies
 # (math-verify, openai, ...) resolve beside the pinned torch/transformers.
-"${PIP[@]}" -e "$ROOT" "torch==$(installed torch)" "transformers==$(installed transformers)"
+# flock: the editable install writes sprint.egg-info into the checkout, as the pipeline venv's does (`make test`
+# installs the venvs side by side)
+flock "$ROOT/pyproject.toml" "${PIP[@]}" -e "$ROOT" "torch==$(installed torch)" "transformers==$(installed transformers)"
 
 HF_HUB_OFFLINE=1 "$RL_VENV/bin/python" - <<'PY'
 import importlib.metadata as m

