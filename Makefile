@@ -6,10 +6,10 @@ VENV := .venv
 .PHONY: install install-vllm install-swift install-rl test test-fast wheel-smoke demo demo-grpo demo-sample bench clean
 
 install: $(VENV)/.installed
+# flock: an editable install writes sprint.egg-info into the checkout, and scripts/install_rl.sh's does too
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	# flock: an editable install writes sprint.egg-info into the checkout, and scripts/install_rl.sh writes it too
 	flock pyproject.toml $(VENV)/bin/pip install -q -e '.[test]'
 	touch $@
 
@@ -23,8 +23,9 @@ install-swift:
 install-rl:
 	bash scripts/install_rl.sh
 
-# Everything, real vLLM server and real ms-swift training included. The four environments share nothing, so
-# they install side by side (on the 2-core machine 5.1 min against 7.7 one after the other; docs/experiments.md, "Time").
+# Everything, real vLLM server and real ms-swift training included. The four venvs are independent, so they
+# install side by side (the three of vLLM and ms-swift in 5.1 min on the 2-core machine, 7.7 one after the other;
+# docs/experiments.md, "Time").
 test:
 	$(MAKE) -j4 --output-sync=target install install-vllm install-swift install-rl
 	$(VENV)/bin/python -m pytest -q
