@@ -53,6 +53,7 @@ PRIORITY="${PRIORITY:-0}"                                 # 1/true/yes/on: send 
 AFFINITY_HEADER="${AFFINITY_HEADER:-}"                    # header with the problem id (default X-Session-Id; none: off)
 REPLICAS="${REPLICAS:-}"                                  # with MODEL_PATH: start N vLLM replicas behind vllm-router (one per GPU)
 ROUTER_POLICY="${ROUTER_POLICY:-}"                        # consistent_hash (default) | cache_aware | round_robin | ...
+VLLM_ARGS="${VLLM_ARGS:-}"                                # with MODEL_PATH: extra flags for the vLLM it starts, e.g. --enforce-eager
 
 args=(--planner-model "$PLANNER_MODEL" --out-dir "$OUT_DIR")
 flag() {  # flag --name VALUE: pass the flag only when VALUE is set
@@ -93,6 +94,7 @@ flag --agent-prompt "$AGENT_PROMPT"
 flag --affinity-header "$AFFINITY_HEADER"
 flag --replicas "$REPLICAS"
 flag --router-policy "$ROUTER_POLICY"
+if [[ -n "$VLLM_ARGS" ]]; then args+=(--vllm-args="$VLLM_ARGS"); fi  # one string that starts with --
 if is_true PRIORITY; then args+=(--priority); fi
 
 case " $* " in

@@ -618,6 +618,32 @@ def test_model_path_starts_vllm_only_when_nothing_answers_locally(tmp_path: Path
         orchestrate(cfg, progress=False)
 
 
+
+@pytest.mark.parametrize("script", ["run_agent_orchestration.sh", "run_baseline_evaluation.sh"])
+def test_vllm_args_reach_the_server_the_script_starts(tmp_path: Path, script: str) -> None:
+    """VLLM_ARGS is passed whole to the vLLM a run starts from MODEL_PATH. The "vLLM Python" here writes
+    its arguments down and exits, so the run stops with the server's log, as with a real vLLM that fails."""
+    from tests.fake_server import dead_url
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    argv_file = tmp_path / "argv.txt"
+    python = tmp_path / "vllm-python"
+    python.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {argv_file}\nexit 3\n')
+    python.chmod(0o755)
+    url, name = ("PLANNER_SERVER_URL", "PLANNER_MODEL") if script.startswith("run_agent") else ("SERVER_URL", "MODEL")
+    result = _run_script(script, {
+        name: "m", url: dead_url(), "MODEL_PATH": str(model), "VLLM_PYTHON": str(python),
+        "VLLM_ARGS": "--enforce-eager --max-num-seqs 4", "TEST_DATA": _data(tmp_path, ["What is 2+3?"]),
+        "OUT_DIR": str(tmp_path / "run"), "PROMPT_MODE": "raw",
+    }, "--no-progress")
+    assert result.returncode != 0
+    argv = argv_file.read_text().split()
+    assert argv[-3:] == ["--enforce-eager", "--max-num-seqs", "4"], argv
+    assert argv[:2] == ["-m", "vllm.entrypoints.openai.api_server"] and argv[argv.index("--model") + 1] == str(model)
+
+
 # ---- crash guard, response cache, summary line --------------------------------------------------
 
 

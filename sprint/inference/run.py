@@ -94,6 +94,8 @@ class InferenceOptions:
                            "replicas behind vllm-router there (`sprint serve --replicas`)", var="REPLICAS")
     router_policy: str = option(DEFAULT_POLICY, "vllm-router policy for --replicas", choices=POLICIES,
                                 var="ROUTER_POLICY")
+    vllm_args: str = option("", "with --model-path: extra flags for the vLLM it starts, as one string "
+                            '(e.g. "--enforce-eager", "--tensor-parallel-size 2")', var="VLLM_ARGS")
 
     def __post_init__(self) -> None:
         if self.task not in task_names():
@@ -132,6 +134,7 @@ class InferenceOptions:
         config.pop("model_path")
         config.pop("replicas")  # how the local servers were started, like the model path: not the run's identity
         config.pop("router_policy")
+        config.pop("vllm_args")
         config.pop("use_cache")
         cache = self.cache_path()
         config["cache_dir"] = str(cache) if cache is not None else None
@@ -437,7 +440,7 @@ class InferenceRun:
         The manifest is finished even when a server stopped answering, so it counts what was done.
         """
         # the folder's lock is released however the run ends
-        with self.run_dir, local_servers(targets, cfg.replicas, cfg.router_policy):
+        with self.run_dir, local_servers(targets, cfg.replicas, cfg.router_policy, cfg.vllm_args):
             # behind a router the records cannot name the replica: count per worker before and after
             watch = RouterWatch.start([u for urls, _, _ in targets for u in split_urls(urls)])
             try:
@@ -480,9 +483,9 @@ def problems_fingerprint(problems: list[Problem]) -> str:
 
 @contextlib.contextmanager
 def local_servers(targets: list[tuple[str, str, str | None]], replicas: int = 1,
-                  policy: str = DEFAULT_POLICY) -> Iterator[None]:
+                  policy: str = DEFAULT_POLICY, vllm_args: str = "") -> Iterator[None]:
     """Start vLLM for local URLs where nothing answers and a model path is known (`replicas` > 1:
-    that many behind vllm-router on the URL's port); stop them after."""
+    that many behind vllm-router on the URL's port), with `vllm_args`; stop them after."""
     with contextlib.ExitStack() as stack:
         seen: set[tuple[str, str]] = set()
         for urls, model, model_path in targets:
@@ -491,7 +494,8 @@ def local_servers(targets: list[tuple[str, str, str | None]], replicas: int = 1,
                     continue
                 seen.add((url, model))
                 if replicas > 1 and list_models(url) is None:
-                    stack.enter_context(ensure_replicas(url, model, model_path, replicas, policy))
+                    stack.enter_context(ensure_replicas(url, model, model_path, replicas, policy,
+                                                        vllm_args=vllm_args))
                 else:
-                    stack.enter_context(ensure_server(url, model, model_path))
+                    stack.enter_context(ensure_server(url, model, model_path, vllm_args=vllm_args))
         yield

@@ -216,7 +216,7 @@ def serve_replicas(cfg: FleetConfig) -> Iterator[ReplicaSet]:
 
 @contextlib.contextmanager
 def ensure_replicas(base_url: str, model: str, model_path: str | Path, replicas: int,
-                    policy: str = DEFAULT_POLICY, *, timeout: float = 900.0) -> Iterator[str]:
+                    policy: str = DEFAULT_POLICY, *, timeout: float = 900.0, vllm_args: str = "") -> Iterator[str]:
     """For the run scripts: start `replicas` servers and a router on a local URL's port for the
     `with` block (the caller checked that nothing answers there); yields the router's URL."""
     parsed = urlparse(base_url)
@@ -224,7 +224,8 @@ def ensure_replicas(base_url: str, model: str, model_path: str | Path, replicas:
         raise UserError(f"cannot start replicas for {base_url}: the router serves under /v1, so use "
                         "http://127.0.0.1:PORT/v1")
     cfg = FleetConfig(model_dir=Path(model_path), served_model_name=model, host=parsed.hostname or "127.0.0.1",
-                      port=parsed.port or 80, replicas=replicas, router_policy=policy, timeout=timeout)
+                      port=parsed.port or 80, replicas=replicas, router_policy=policy, timeout=timeout,
+                      vllm_args=vllm_args)
     with serve_replicas(cfg) as fleet:
         yield fleet.url
 

@@ -356,11 +356,13 @@ def ensure_server(
     *,
     timeout: float = 600.0,
     log_path: str | Path | None = None,
+    vllm_args: str = "",
 ) -> Iterator[str]:
     """Make sure `model` is served at base_url for the `with` block; yields base_url.
 
     Reuses whatever already answers there. Only when nothing answers, the URL is on this machine
-    and we know the model's folder do we start vLLM ourselves (and stop it afterwards).
+    and we know the model's folder do we start vLLM ourselves (with `vllm_args`, one string of
+    extra flags) and stop it afterwards.
     """
     served = list_models(base_url)
     if served is not None:
@@ -377,7 +379,8 @@ def ensure_server(
     if urlparse(base_url).path.rstrip("/") != "/v1":
         raise UserError(f"cannot start vLLM for {base_url}: vLLM serves under /v1, so use http://127.0.0.1:PORT/v1")
     host = urlparse(base_url).hostname or "127.0.0.1"
-    server = start_vllm(model_path, model, _port_of(base_url), host=host, log_path=log_path)
+    server = start_vllm(model_path, model, _port_of(base_url), host=host, log_path=log_path,
+                        extra_args=shlex.split(vllm_args))
     try:
         server.wait_ready(timeout)
         yield base_url
