@@ -25,14 +25,16 @@ install-rl:
 
 # Everything, real vLLM server and real ms-swift training included. The four venvs are independent, so they
 # install side by side (the three of vLLM and ms-swift in 5.1 min on the 2-core machine, 7.7 one after the other;
-# docs/experiments.md, "Time").
+# docs/experiments.md, "Time"). The tests that start no vLLM and train nothing run two at a time (pytest-xdist),
+# the others one at a time: they share one vLLM server, and each trains or serves on both cores.
 test:
 	$(MAKE) -j4 --output-sync=target install install-vllm install-swift install-rl
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2 -m "not vllm and not swift"
+	$(VENV)/bin/python -m pytest -q -m "vllm or swift"
 
 # Offline unit tests only (no vLLM, no ms-swift).
 test-fast: install
-	$(VENV)/bin/python -m pytest -q -m "not vllm and not swift"
+	$(VENV)/bin/python -m pytest -q -n 2 -m "not vllm and not swift"
 
 # The wheel works away from the checkout: built, installed into a fresh venv (dependencies reused
 # from $(VENV)), run from a temporary folder; WHEEL_SMOKE_DEPS=pypi installs them from PyPI instead.
