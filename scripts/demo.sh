@@ -26,8 +26,8 @@ VLLM_PY="${VLLM_PYTHON:-.venv-vllm/bin/python}"
 BASE_TOKENIZER="${BASE_TOKENIZER:-deepseek-ai/DeepSeek-R1-Distill-Qwen-7B}"
 MATH_DATA="${MATH_DATA:-HuggingFaceH4/MATH-500}"
 PORT="${PORT:-8817}"
-EAGER="${EAGER:-1}"  # 1: vLLM without torch.compile (the tiny model's speed is not measured; a start takes
-                     # about 40 s instead of 86 on 2 cores); 0: compiled, as a user's server would be
+EAGER="${EAGER:-1}"  # 1: vLLM without torch.compile (the tiny model's speed is not what the sample shows, and a
+                     # small model's start takes about 40 s instead of 86 on 2 cores); 0: compiled, as a user's server is
 VLLM_ARGS=$([[ "$EAGER" == 1 ]] && echo --enforce-eager || true)
 export PYTHON="$PY"
 mkdir -p "$OUT"

@@ -618,7 +618,6 @@ def test_model_path_starts_vllm_only_when_nothing_answers_locally(tmp_path: Path
         orchestrate(cfg, progress=False)
 
 
-
 @pytest.mark.parametrize("script", ["run_agent_orchestration.sh", "run_baseline_evaluation.sh"])
 def test_vllm_args_reach_the_server_the_script_starts(tmp_path: Path, script: str) -> None:
     """VLLM_ARGS is passed whole to the vLLM a run starts from MODEL_PATH. The "vLLM Python" here writes
