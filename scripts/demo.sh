@@ -26,9 +26,6 @@ VLLM_PY="${VLLM_PYTHON:-.venv-vllm/bin/python}"
 BASE_TOKENIZER="${BASE_TOKENIZER:-deepseek-ai/DeepSeek-R1-Distill-Qwen-7B}"
 MATH_DATA="${MATH_DATA:-HuggingFaceH4/MATH-500}"
 PORT="${PORT:-8817}"
-EAGER="${EAGER:-1}"  # 1: vLLM without torch.compile (the tiny model's speed is not what the sample shows, and a
-                     # small model's start takes about 40 s instead of 86 on 2 cores); 0: compiled, as a user's server is
-VLLM_ARGS=$([[ "$EAGER" == 1 ]] && echo --enforce-eager || true)
 export PYTHON="$PY"
 mkdir -p "$OUT"
 t0=$(date +%s)
@@ -71,11 +68,11 @@ echo "checkpoint: $CKPT"
 step "5a. SPRINT orchestration on 3 MATH-500 problems (vLLM serves $CKPT)"
 PLANNER_MODEL=sprint-tiny MODEL_PATH="$CKPT" PLANNER_SERVER_URL="http://127.0.0.1:$PORT/v1" \
   TEST_DATA="$MATH_DATA" RANGE=0:3 MAX_PHASES=3 MAX_TOKENS=64 PLANNER_OUTPUT_TOKEN_LIMIT=64 \
-  TOKENIZER="$CKPT" OUT_DIR="$OUT/orchestration" VLLM_ARGS="$VLLM_ARGS" bash run_agent_orchestration.sh
+  TOKENIZER="$CKPT" OUT_DIR="$OUT/orchestration" bash run_agent_orchestration.sh
 
 step "5b. sequential baseline on the same problems"
 MODEL=sprint-tiny MODEL_PATH="$CKPT" SERVER_URL="http://127.0.0.1:$PORT/v1" \
-  TEST_DATA="$MATH_DATA" RANGE=0:3 MAX_TOKENS=192 TOKENIZER="$CKPT" OUT_DIR="$OUT/baseline" VLLM_ARGS="$VLLM_ARGS" \
+  TEST_DATA="$MATH_DATA" RANGE=0:3 MAX_TOKENS=192 TOKENIZER="$CKPT" OUT_DIR="$OUT/baseline" \
   bash run_baseline_evaluation.sh
 
 step "6. evaluation"
