@@ -29,7 +29,7 @@ install-rl:
 # the others one at a time: they share one vLLM server, and each trains or serves on both cores.
 test:
 	$(MAKE) -j4 --output-sync=target install install-vllm install-swift install-rl
-	$(VENV)/bin/python -m pytest -q -n 2 -m "not vllm and not swift"
+	$(MAKE) test-fast
 	$(VENV)/bin/python -m pytest -q -m "vllm or swift"
 
 # Offline unit tests only (no vLLM, no ms-swift).

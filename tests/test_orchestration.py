@@ -25,7 +25,7 @@ from sprint.format.prompt_format import PromptFormat, build_prompt_format
 from sprint.evaluation.runs import RawProblem
 from sprint.evaluation.table2 import latency_seconds, problem_seconds
 from sprint.format.trajectory import parse
-from tests.fake_server import FakeServer, Reply, ScriptedServer
+from tests.fake_server import FakeServer, Reply, ScriptedServer, dead_url
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 AGENT = "Solve it in phases."
@@ -600,10 +600,6 @@ def test_shell_scripts_drive_the_cli(tmp_path: Path, scripted_server: ScriptedSe
 
 def test_model_path_starts_vllm_only_when_nothing_answers_locally(tmp_path: Path,
                                                                   scripted_server: ScriptedServer) -> None:
-    from tests.fake_server import dead_url
-
-    from sprint.core.errors import UserError
-
     data = _data(tmp_path, ["What is 2+3?"])
     # A server already answers: it is reused, and the manifest says which checkpoint was named.
     srv = scripted_server(_by_prompt(SCRIPT))
@@ -622,8 +618,6 @@ def test_model_path_starts_vllm_only_when_nothing_answers_locally(tmp_path: Path
 def test_vllm_args_reach_the_server_the_script_starts(tmp_path: Path, script: str) -> None:
     """VLLM_ARGS is passed whole to the vLLM a run starts from MODEL_PATH. The "vLLM Python" here writes
     its arguments down and exits, so the run stops with the server's log, as with a real vLLM that fails."""
-    from tests.fake_server import dead_url
-
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
@@ -674,7 +668,6 @@ def test_a_problem_that_crashes_is_recorded_and_the_others_finish(
 ) -> None:
     from sprint.inference import baseline as baseline_module
     from sprint.inference import orchestration
-    from sprint.core.errors import UserError
 
     stage_module = orchestration if stage == "orchestrate" else baseline_module  # where the stage takes its seeds
     real_seed = stage_module.call_seed
