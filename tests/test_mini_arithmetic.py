@@ -1,5 +1,5 @@
 """The arithmetic task (`sprint mini-data --task arithmetic`): problems whose subtasks form a different DAG
-each time, traces worked column by column, the teacher's components and DAG, and the real stages 1-3
+each time, traces that try every digit, the teacher's components and DAG, and the real stages 1-3
 packing each trace into exactly its ideal packing (read back by `sprint.mini.fidelity`)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from sprint.core.data import iter_jsonl
 from sprint.curation.trace_lines import split_lines
 from sprint.format.trajectory import parse
-from sprint.mini.arithmetic import (DrawConfig, Shape, Step, apply, draw_problem, make_trace, parse_problem,
+from sprint.mini.arithmetic import (DrawConfig, Shape, Step, apply, copy_places, draw_problem, make_trace, parse_problem,
                                     read_prompt, read_result, read_step, subtasks, work_lines)
 from sprint.mini.fidelity import plan_figures, read_plan, read_run
 from sprint.mini.figures import arithmetic_sections
@@ -193,6 +193,9 @@ def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
     reading = read_plan({"id": "a", "question": question, "trajectory": good})
     assert reading and reading.matches and reading.widths == (2, 1) and (reading.uses, reading.copied) == (2, 2)
     assert reading.miscomputed == 1 and not reading.answer_differs
+    assert reading.heads == (("round 1, first", True), ("round 1, second", True), ("later rounds, first", True))
+    swapped = read_plan({"id": "e", "question": question, "trajectory": good.replace("B * 3 = 6 ,", "B * 3 = 4 ,")})
+    assert swapped and swapped.heads[0] == ("round 1, first", False) and all(right for _, right in swapped.heads[1:])
     miscopied = good.replace("where B is 3 and A is 4", "where B is 2 and A is 4")
     reading = read_plan({"id": "b", "question": question, "trajectory": miscopied})
     assert reading and reading.matches and (reading.uses, reading.copied) == (2, 1)
@@ -219,6 +222,9 @@ def test_the_summary_reads_a_run_of_ideal_plans_as_ideal(data: Path, tmp_path: P
                    "later phases copy earlier results right"):
         assert any(line.startswith(f"- {target}") and line.endswith(": met)") for line in lines), target
     assert "answers: correct: 60" in text
+    copies = lines[lines.index("## Equations copied from the question, by the subtask's place in its round") + 6:][:6]
+    assert [row.split(" | ")[0] for row in copies] == [f"| {place}" for place in copy_places()]
+    assert all(cell.startswith("0 of ") for row in copies for cell in row.rstrip(" |").split(" | ")[1:])
     depth_rows = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |") or line.startswith("| 3 |")]
     assert depth_rows and all(row.split(" | ")[2] == row.split(" | ")[3].rstrip(" |") for row in depth_rows)
     assert (root / "miniature" / "figure5.png").stat().st_size > 1000

@@ -8,7 +8,8 @@ import random
 from pathlib import Path
 
 from sprint.mini.arithmetic import DrawConfig, draw_problem, make_trace, parse_problem
-from sprint.mini.departure import KINDS, RIGHT, UNREAD, departures, first_departure, format_departures, kind_of
+from sprint.mini.departure import (KINDS, RIGHT, UNREAD, departures, first_departure, format_departures, head_copies,
+                                   kind_of, rft_head_copies)
 
 QUESTION = "Find C , D , keeping only last digits .\nA + 7 = 3 .\nB * 3 = 4 .\nC * 7 = A .\nD + B = A ."
 
@@ -68,3 +69,17 @@ def test_every_line_of_drawn_traces_has_a_kind() -> None:
         trace = make_trace(problem, recheck=True)
         assert {kind_of(line) for line in trace.lines} <= set(KINDS)
         assert first_departure(problem.question, generation(trace.lines)) is None
+
+
+def test_rfts_equations_are_read_by_their_place_in_the_round(tmp_path: Path) -> None:
+    """Each equation after a `Now` line, against the question's line of that name: A and B in round 1, C and D after."""
+    right = generation(make_trace(parse_problem(QUESTION)).lines)
+    assert head_copies(QUESTION, right) == [("round 1, first", True), ("round 1, second", True),
+                                            ("later rounds, first", True), ("later rounds, second", True)]
+    wrong = right.replace("B * 3 = 4 , try", "B * 3 = 7 , try")
+    assert head_copies(QUESTION, wrong)[1] == ("round 1, second", False)
+    rows = [{"question": QUESTION, "generation": right}, {"question": QUESTION, "generation": wrong},
+            {"question": "Use 4 3 4 to make 19 .", "generation": "x"}]
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert rft_head_copies(tmp_path) == {"round 1, first": (0, 2), "round 1, second": (1, 2),
+                                         "later rounds, first": (0, 2), "later rounds, second": (0, 2)}

@@ -57,6 +57,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 from sprint.core.errors import UserError
@@ -425,6 +426,36 @@ _PROMPT = re.compile(r"^Now ([A-Z]) \.$")
 _RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
 _HEAD = re.compile(r"^([A-Z]) ([+*]) (?:([0-9]) = ([0-9])|([0-9A-Z]) = ([A-Z]) , where ([A-Z] is [0-9](?: and [A-Z] is [0-9])*)"
                    r" , so \1 \2 ([0-9]) = ([0-9])) , try each digit :$", re.M)
+
+
+_EQUATION_LINE = re.compile(r"^[A-Z] [+*] [0-9A-Z] = [0-9A-Z](?= |$)", re.M)
+PLACES = ("first", "second", "third or later")  # a subtask's place in its round, as the copy tables group it
+
+
+def head_equation(text: str) -> str | None:
+    """The first equation a text restates at the start of a line (`C * 7 = A` of `C * 7 = A , where ...`), to be
+    read against the question's line; None when no line starts with one."""
+    match = _EQUATION_LINE.search(text)
+    return match[0] if match else None
+
+
+def copy_place(round_index: int, position: int) -> str:
+    """`round 1, second`, `later rounds, first`, ...: where a subtask stands (0-based round and place)."""
+    return f"{'round 1' if round_index == 0 else 'later rounds'}, {PLACES[min(position, len(PLACES) - 1)]}"
+
+
+def copy_places() -> list[str]:
+    """Every `copy_place`, in reading order."""
+    return [copy_place(r, k) for r in (0, 1) for k in range(len(PLACES))]
+
+
+def tally(copies: Iterable[tuple[str, bool]]) -> dict[str, tuple[int, int]]:
+    """(place, copied right) pairs -> place: (wrong, written), places in reading order."""
+    counts: dict[str, list[int]] = {place: [0, 0] for place in copy_places()}
+    for place, right in copies:
+        counts[place][0] += not right
+        counts[place][1] += 1
+    return {place: (wrong, written) for place, (wrong, written) in counts.items() if written}
 
 
 def read_prompt(text: str) -> str | None:

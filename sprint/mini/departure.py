@@ -18,7 +18,8 @@ from pathlib import Path
 
 from sprint.core.data import iter_jsonl
 from sprint.format.tags import THINK, THINK_END
-from sprint.mini.arithmetic import FIRST, NEXT, NOW, RESULT, make_trace, parse_problem
+from sprint.mini.arithmetic import (FIRST, NEXT, NOW, RESULT, copy_place, head_equation, make_trace, parse_problem,
+                                    read_prompt, tally)
 
 RIGHT = "the generator's trace, line for line"
 UNREAD = "a question the arithmetic generator cannot read"
@@ -82,6 +83,37 @@ def first_departure(question: str, generation: str) -> Departure | None:
         if best is None or found.line > best.line:
             best = found
     return best
+
+
+def head_copies(question: str, generation: str) -> list[tuple[str, bool]]:
+    """Each subtask a `Now` line opens: (its place in its round, whether the equation on the next line is the
+    question's line of that name), as `fidelity` reads SPRINT's executions."""
+    problem = parse_problem(question)
+    nodes = {problem.name(n): n for n in problem.order}
+    lines = thought_lines(generation)
+    copies, round_index, position = [], 0, -1
+    for i, (line, after) in enumerate(zip(lines, [*lines[1:], ""])):
+        if line.startswith((_lead(FIRST), _lead(NEXT))):
+            round_index, position = round_index + (i > 0), -1
+        name = read_prompt(line)
+        if name is None:
+            continue
+        position += 1
+        written = head_equation(after)
+        if name in nodes and written is not None:
+            copies.append((copy_place(round_index, position), written == problem.equation(nodes[name])))
+    return copies
+
+
+def rft_head_copies(run: Path) -> dict[str, tuple[int, int]]:
+    """A sequential run's equations after its `Now` lines, wrong of written by place (`arithmetic.tally`)."""
+    copies: list[tuple[str, bool]] = []
+    for row in iter_jsonl(run / "records.jsonl"):
+        try:
+            copies += head_copies(row["question"], row.get("generation") or "")
+        except ValueError:  # not a question of this task
+            continue
+    return tally(copies)
 
 
 @dataclass

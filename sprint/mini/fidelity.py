@@ -6,6 +6,8 @@ held-out trajectory is read back against it:
 - its shape: the number of prompts in each phase that has any (phases with prompts, widths);
 - fidelity: the same number of phases with prompts as the ideal, and in each the same set of
   subtasks in any order, read from the prompts' names (`Now B .`);
+- equations: each execution's first equation against the question's line for its prompt's name, by the
+  subtask's place in its round (`heads`: where the lookup by name fails);
 - copies: every unknown that an execution in a later phase reads; it is copied right when the execution
   looks up the digit an earlier execution of the model reported under that name (a wrong search in round 1
   is the executor's fault, not the copy's), the true digit where none did.
@@ -24,7 +26,8 @@ from typing import Any
 from sprint.core.data import iter_jsonl
 from sprint.format.boxed import last_boxed
 from sprint.format.trajectory import TrajectoryError, parse
-from sprint.mini.arithmetic import Shape, apply, parse_problem, read_prompt, read_result, read_step, subtasks
+from sprint.mini.arithmetic import (Shape, apply, copy_place, head_equation, parse_problem, read_prompt, read_result,
+                                    read_step, subtasks)
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class PlanReading:
     copied: int = 0                 # ... looked up as the model's earlier execution reported them
     miscomputed: int = 0            # executions whose digit does not solve the equation they restated
     answer_differs: bool = False    # the boxed answer is not the value the model's own work gives
+    heads: tuple[tuple[str, bool], ...] = ()  # each execution's equation: (its place, copied from the question right)
 
 
 # why a held-out answer is wrong, the first that applies (the order a reader would check a trajectory in)
@@ -88,9 +92,10 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
     rounds = [[read_prompt(p.text) for p in ph.prompts] for ph in phases]
     reported: dict[str, int] = {}  # name -> the value the model's executions reported first
     uses = copied = miscomputed = 0
+    heads: list[tuple[str, bool]] = []
     for i, ph in enumerate(phases):
         found = []
-        for prompt, name in zip(ph.prompts, rounds[i]):
+        for j, (prompt, name) in enumerate(zip(ph.prompts, rounds[i])):
             execution = ph.execution(prompt.name)
             work = execution.text if execution else ""
             step, result = read_step(work), read_result(work)
@@ -99,6 +104,9 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
             if result is not None:
                 found.append(result)
             node = nodes.get(name or "")
+            written = head_equation(work)
+            if node is not None and written is not None:
+                heads.append((copy_place(i, j), written == problem.equation(node)))
             if i == 0 or node is None or step is None:
                 continue
             for read in node.reads:
@@ -111,7 +119,8 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
     own = "".join(str(reported.get(problem.name(n), n.value)) for n in problem.goal)
     answer_differs = "".join((last_boxed(traj.final_answer) or "").split()) != own
     return PlanReading(**base, formed=True, widths=tuple(len(w) for w in rounds), matches=matches,
-                       uses=uses, copied=copied, miscomputed=miscomputed, answer_differs=answer_differs)
+                       uses=uses, copied=copied, miscomputed=miscomputed, answer_differs=answer_differs,
+                       heads=tuple(heads))
 
 
 def read_run(run: Path) -> list[PlanReading]:

@@ -4,6 +4,7 @@ summary's own: `evaluate` owns OUT/evaluation and replaces it whole).
 
 - the learned plans: well-formed share, the shapes that occur, plan fidelity and copies, each beside the
   demo's target (`sprint.mini.fidelity`), and where the wrong answers went;
+- the equations copied from the question by the subtask's place in its round, RFT's beside SPRINT's;
 - Figure 5 in miniature: phases with prompts against the problem's depth, prompts per phase against its
   size (subtasks), each model beside the ideal packing;
 - Figure 6 in miniature: `evaluate`'s ratios by quartile of RFT's length (metrics.json `by_quartile`),
@@ -24,7 +25,9 @@ from sprint.core.data import iter_jsonl
 from sprint.evaluation.plotting import figure, save
 from sprint.evaluation.quartiles import quartile_of
 from sprint.format.tokencount import load_counter
-from sprint.mini.fidelity import VERDICTS, PlanFigures, plan_figures, read_run, verdict
+from sprint.mini.arithmetic import copy_places, tally
+from sprint.mini.departure import rft_head_copies
+from sprint.mini.fidelity import VERDICTS, PlanFigures, PlanReading, plan_figures, read_run, verdict
 from sprint.mini.ideal import ideal
 
 SPRINT_RUNS = {"SPRINT barrier": "sprint-barrier", "SPRINT stream": "sprint-stream"}
@@ -150,6 +153,21 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
+def copy_section(root: Path, readings: dict[str, list[PlanReading]]) -> list[str]:
+    """Equations copied from the question, wrong of written, by the subtask's place in its round: RFT's after
+    each `Now` line, each SPRINT run's at the head of each execution."""
+    columns = {}
+    if (root / "runs" / "rft" / "records.jsonl").is_file():
+        columns["RFT"] = rft_head_copies(root / "runs" / "rft")
+    columns.update({name: tally(h for r in rs for h in r.heads) for name, rs in readings.items()})
+    rows = [[place, *(f"{c[place][0]} of {c[place][1]}" if place in c else "–" for c in columns.values())]
+            for place in copy_places()]
+    return ["## Equations copied from the question, by the subtask's place in its round", "",
+            "Wrong of those written: each SPRINT execution's first equation against the question's line of the name "
+            "its prompt gives, and each equation RFT writes after a `Now` line.", "",
+            *_table(["place", *columns], rows), ""]
+
+
 def arithmetic_sections(root: Path) -> list[str]:
     """The markdown of the miniature's own figures (also printed); writes the Figure 5 PNG to OUT/miniature."""
     readings = {name: read_run(root / "runs" / folder) for name, folder in SPRINT_RUNS.items()
@@ -165,6 +183,7 @@ def arithmetic_sections(root: Path) -> list[str]:
         counts = Counter(verdict(r) for r in rs)
         lines.append("- answers: " + "; ".join(f"{v}: {counts[v]}" for v in VERDICTS if counts[v]))
         lines.append("")
+    lines += copy_section(root, readings)
     names = list(figures)
     lines += ["## Figure 5 in miniature: plans against the problem's depth and size", ""]
     lines += _table(["depth (rounds)", "problems", *(f"{n}: phases with prompts" for n in names), "ideal packing"],
