@@ -290,11 +290,10 @@ class Trace:
 
 def make_trace(problem: Problem, recheck: bool = False) -> Trace:
     """The trace, and stage 1-2 answers as a careful teacher would give them: each round's opening
-    plan-only; a subtask with its instruction as the prompt and its instruction and search as the execution
-    (an executor then finds its equation under the line that names it, as the sequential trace does, not from
-    its tag through the plan; docs/experiments.md, "Executions that open with their instruction"); the closing
-    lookups plan-only. Parents: what a line reads, so a subtask depends on its round's opening and on the
-    subtasks it reads, and the closing on the subtasks it looks up."""
+    plan-only; a subtask with its instruction as the prompt (no range holds it, as the instruction is the
+    trace's own line) and its search as the execution; the closing lookups plan-only. Parents: what a line
+    reads, so a subtask depends on its round's opening and on the subtasks it reads, and the closing on the
+    subtasks it looks up."""
     lines: list[str] = []
     components: list[dict[str, Any]] = []
     dag: dict[str, list[int]] = {}
@@ -315,7 +314,7 @@ def make_trace(problem: Problem, recheck: bool = False) -> Trace:
                       plan=f"{len(lines)}-{len(lines)}")
         for n in round_nodes:
             lines.append(NOW.format(name=name(n)))
-            start = len(lines)
+            start = len(lines) + 1
             lines += work_lines(problem, n)
             number[id(n)] = add(f"Find {name(n)} by trying each digit", [opening, *(number[id(r)] for r in n.reads)],
                                 prompt=NOW.format(name=name(n)), execution=f"{start}-{len(lines)}")
