@@ -23,6 +23,10 @@ by --seed each epoch). The pipeline's models are trained by `swift sft`.
     .venv-swift/bin/python scripts/head_copy.py OUT/base-model OUT/tokenizer OUT/sft/sequential_test.jsonl
     .venv-swift/bin/python scripts/head_copy.py OUT/init OUT/tokenizer OUT/sft/sequential_test.jsonl \
         --train OUT/sft/sequential_train.jsonl --steps 1500
+    .venv-swift/bin/python scripts/head_copy.py OUT/sprint-model OUT/tokenizer OUT/sft/train.jsonl --executor-rows 600
+
+The last reads the SPRINT model on executor-view rows (`pack --executor-rows`), the view an executor is sent and
+the execution it was trained to write, each field also by the prompt's place in its round.
 """
 
 from __future__ import annotations
@@ -50,18 +54,32 @@ BF16 = bool({"avx512_bf16", "amx_bf16"} & set(Path("/proc/cpuinfo").read_text(er
 
 
 def encode(tok: PreTrainedTokenizerFast, row: dict) -> tuple[list[int], list[int]]:
-    """(prompt ids, answer ids) as ms-swift's chatml template renders a row."""
-    user, answer = row["messages"][0]["content"], row["messages"][1]["content"]
-    prompt = tok.encode(f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+    """(prompt ids, answer ids) as ms-swift's chatml template renders a row; of an executor-view row (`pack
+    --executor-rows`: the assistant turn in parts, its context with `"loss": false`) the answer is the trained
+    part, the execution, and the context ends the prompt."""
+    user, turn = row["messages"][0]["content"], row["messages"][1:]
+    context = "".join(m["content"] for m in turn if m.get("loss") is False)
+    answer = "".join(m["content"] for m in turn if m.get("loss") is not False)
+    prompt = tok.encode(f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n{context}")
     return prompt, tok.encode(answer + "<|im_end|>")
 
 
-def fields(tokens: list[str]) -> list[tuple[str, int]]:
+def place(row_id: str) -> str:
+    """An executor-view row's place (`ar-00012#exec_1.3@stream` -> `round 1, third or later`); '' for other rows."""
+    match = re.search(r"#exec_(\d+)\.(\d+)@", row_id)
+    if not match:
+        return ""
+    where = "round 1" if match[1] == "1" else "later rounds"
+    return f"{where}, {('first', 'second', 'third or later')[min(int(match[2]), 3) - 1]}"
+
+
+def fields(tokens: list[str], opens_line: bool = False) -> list[tuple[str, int]]:
     """(field, index) of every copied token of the executions' first lines: a line that starts with a bare
-    name (the question's equations and the executions' first lines are the only ones)."""
+    name (the question's equations and the executions' first lines are the only ones); `opens_line`: the
+    tokens start a line (an executor-view row's execution)."""
     out = []
     for i, t in enumerate(tokens):
-        if t not in NAMES or i == 0 or tokens[i - 1] != LINE_END:
+        if t not in NAMES or (tokens[i - 1] != LINE_END if i else not opens_line):
             continue
         if FUSED.match(tokens[i + 1]):  # one token (sprint mini-tokenizer --phrases): three fields and the whole
             j = k = i + 1
@@ -107,10 +125,12 @@ def pad(rows: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Ten
 
 
 @torch.no_grad()
-def accuracy(model, tok, rows, pad_id: int) -> dict[str, float]:
-    """Teacher-forced accuracy of every answer token and of each copied field."""
+def accuracy(model, tok, rows, pad_id: int, places: list[str] | None = None) -> dict[str, float]:
+    """Teacher-forced accuracy of every answer token and of each copied field (with `places`, each field also
+    by the row's place: executor-view rows)."""
     model.eval()
     hit, seen = Counter(), Counter()
+    places = places or [""] * len(rows)
     for start in range(0, len(rows), 16):
         chunk = rows[start:start + 16]
         ids, mask, _ = pad(chunk, pad_id)
@@ -121,9 +141,11 @@ def accuracy(model, tok, rows, pad_id: int) -> dict[str, float]:
             seen["tokens"] += len(a)
             hit["tokens"] += sum(g == t for g, t in zip(guess, a))
             wanted, guessed = tok.convert_ids_to_tokens(a), tok.convert_ids_to_tokens(guess)
-            for field, i in fields(wanted):
-                seen[field] += 1
-                hit[field] += copied(field, wanted[i], guessed[i])
+            where = places[start + b]
+            for field, i in fields(wanted, tok.convert_ids_to_tokens(p[-1:])[0].endswith("Ċ")):
+                for key in (field, f"{field} @ {where}") if where else (field,):
+                    seen[key] += 1
+                    hit[key] += copied(field, wanted[i], guessed[i])
     model.train()
     return {f: round(hit[f] / seen[f], 3) for f in sorted(seen)} | {"heads": seen["op"]}
 
@@ -179,7 +201,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", help="a mini model folder (to train: its random init)")
     parser.add_argument("tokenizer", help="the mini tokenizer's folder (OUT/tokenizer)")
-    parser.add_argument("rows", help="held-out sequential rows (OUT/sft/sequential_test.jsonl)")
+    parser.add_argument("rows", help="held-out sequential rows (OUT/sft/sequential_test.jsonl), or rows of pack's "
+                        "(executor-view rows are read by their place in the round)")
+    parser.add_argument("--executor-rows", type=int, default=0,
+                        help="read only the first N executor-view rows of ROWS (0: every row as it is)")
     parser.add_argument("--train", help="sequential rows to train on first (OUT/sft/sequential_train.jsonl)")
     parser.add_argument("--order", help="read --train in this order instead (a swift run's train_order.jsonl)")
     parser.add_argument("--steps", type=int, default=1500)
@@ -199,12 +224,18 @@ def main() -> None:
             return [encode(tok, json.loads(line)) for line in f if line.strip()]
 
     test_rows = load(args.rows)
+    places = None
+    if args.executor_rows:
+        with open(args.rows, encoding="utf-8") as f:
+            ids = [json.loads(line)["id"] for line in f if line.strip()]
+        picked = [i for i, row_id in enumerate(ids) if place(row_id)][:args.executor_rows]
+        test_rows, places = [test_rows[i] for i in picked], [place(ids[i]) for i in picked]
     model = Qwen2ForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     if args.train or args.order:
         torch.manual_seed(args.seed)
         train(model, tok, load(args.order or args.train), test_rows, args, pad_id)
     else:
-        print(json.dumps(accuracy(model, tok, test_rows, pad_id)))
+        print(json.dumps(accuracy(model, tok, test_rows, pad_id, places)))
 
 
 if __name__ == "__main__":

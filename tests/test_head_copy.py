@@ -12,10 +12,11 @@ import pytest
 
 from sprint.core.data import iter_jsonl
 from sprint.core.errors import UserError
-from sprint.curation.sft_rows import sequential_example
+from sprint.curation.sft_rows import executor_rows, sequential_example
 from sprint.format.prompt_format import sft_user_content
 from sprint.mini.arithmetic import PHRASES
 from sprint.mini.generate import write_mini_data
+from sprint.mini.ideal import ideal_trajectory
 from sprint.mini.model import MiniModelConfig, make_model, torch_python
 from sprint.mini.problems import MiniDataConfig
 from sprint.mini.tokenizer import MiniTokenizerConfig, make_tokenizer
@@ -51,6 +52,17 @@ def test_every_head_is_read_and_the_loop_trains(tmp_path: Path, phrases: str) ->
     fused = {"equation number", "equation reads"} if phrases else set()  # the whole fused token, beside its fields
     assert set(figures) == {"heads", "tokens", "op", "k number", "k reads", "rhs number", "rhs name", "lookup", *fused}
     assert all(0 <= v <= 1 for k, v in figures.items() if k != "heads")
+    # executor-view rows: the execution is the answer, its head the first token, read by its place in the round
+    views = [row for t in traces[:20] for row in executor_rows(sft_user_content("", t["question"]), t["id"],
+                                                               ideal_trajectory(t["question"])[0], ("stream",), 8)]
+    executor_file = tmp_path / "executor.jsonl"
+    executor_file.write_text("".join(json.dumps(row) + "\n" for row in [*views, *iter_jsonl(rows)]))
+    done = subprocess.run([str(python), str(SCRIPT), str(tmp_path / "init"), str(tmp_path / "tok"), str(executor_file),
+                           "--executor-rows", str(len(views) + 5)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["heads"] == len(views) == heads  # every execution's head, none of the sequential rows'
+    assert "op @ round 1, first" in figures and "op @ later rounds, first" in figures
     done = subprocess.run([str(python), str(SCRIPT), str(tmp_path / "init"), str(tmp_path / "tok"), str(rows),
                            "--train", str(rows), "--steps", "2", "--every", "1", "--threads", "1"],
                           capture_output=True, text=True, timeout=600)
