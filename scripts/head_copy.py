@@ -214,6 +214,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0, help="the shuffle of --train (without --order)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--save", help="with --train: write the trained model to this folder (to read it again)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tok = PreTrainedTokenizerFast(tokenizer_file=f"{args.tokenizer}/tokenizer.json")
@@ -234,6 +235,8 @@ def main() -> None:
     if args.train or args.order:
         torch.manual_seed(args.seed)
         train(model, tok, load(args.order or args.train), test_rows, args, pad_id)
+        if args.save:
+            model.save_pretrained(args.save)
     else:
         print(json.dumps(accuracy(model, tok, test_rows, pad_id, places)))
 

@@ -38,6 +38,8 @@ TASK="${TASK:-countdown}"                # arithmetic: digit equations whose dep
 MAX_ROUNDS="${MAX_ROUNDS:-3}"            # arithmetic: most rounds of subtasks; MAX_WIDTH: most subtasks in one round
 MAX_WIDTH="${MAX_WIDTH:-4}"
 BEYOND="${BEYOND:-0}"                    # arithmetic: held-out problems one round deeper or wider than training (reported)
+SHUFFLE_ROUNDS="${SHUFFLE_ROUNDS:-0}"    # arithmetic, 1: each round's subtasks worked in an order of their own, not the
+                                         # question's (sprint mini-data --shuffle-rounds)
 HIGH="${HIGH:-6}"                        # countdown: numbers 1..HIGH (sprint mini-data --high)
 # pack's parallelism filter (executions / phases, the final plan-only phase counted): 1.5 (the paper's) keeps
 # Countdown's three searches; it would drop every arithmetic chain and most two-round problems, which the held-out
@@ -85,6 +87,7 @@ trap cleanup EXIT
 
 step "0. problems, traces and the teacher's answers"
 DATA_ARGS=(--task "$TASK" --high "$HIGH" --max-rounds "$MAX_ROUNDS" --max-width "$MAX_WIDTH")
+if [[ "$SHUFFLE_ROUNDS" == 1 ]]; then DATA_ARGS+=(--shuffle-rounds); fi
 "$SPRINT_BIN" mini-data --out "$OUT/data" "${DATA_ARGS[@]}" --n-test "$N_TEST" --n-train "$N_TRAIN" \
   --recheck-share "$RECHECK_SHARE" --beyond "$BEYOND"
 # made afresh from these traces (a few seconds); REUSE=1 resumes stages 1-2 where they stopped (a stage refuses

@@ -9,6 +9,7 @@ import random
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,6 +103,29 @@ def test_the_equations_are_the_dag() -> None:
     assert "Then C , D ." in trace.lines and trace.lines[-1] == "That is all : C is 2 and D is 2 ."
     assert trace.solution == "The answer is \\boxed{ 2 2 } ."
     assert trace.dag[str(len(trace.components))] == sorted([4, 5, 6])  # the closing reads C, D and its round's opening
+
+
+def test_a_shuffled_trace_works_each_round_in_an_order_of_its_own() -> None:
+    """`--shuffle-rounds`: the same rounds, subtasks and lines, each round in an order drawn from the question (the
+    same every time), not always the question's; the teacher's components follow the lines."""
+    rng, moved = random.Random(3), 0
+    for _ in range(100):
+        problem = draw_problem(rng, DrawConfig())
+        plain, shuffled = make_trace(problem), make_trace(problem, shuffled=True)
+        assert shuffled.lines == make_trace(problem, shuffled=True).lines
+
+        def work(trace: Any) -> tuple[list[str], list[set[str]]]:  # the lines but the openings, the openings' names
+            openings = [line for line in trace.lines if line.startswith(("First ", "Then "))]
+            return (sorted(line for line in trace.lines if line not in openings),
+                    [set(line.split(" ", 1)[1][:-2].split(" , ")) for line in openings])
+        assert work(shuffled) == work(plain)
+        assert shuffled.solution == plain.solution and len(shuffled.components) == len(plain.components)
+        moved += shuffled.lines != plain.lines
+        for c in shuffled.components:
+            if c["prompt"] != "not found":  # a search: its instruction is the line above its range
+                start = int(c["execution"].split("-")[0])
+                assert shuffled.lines[start - 2] == c["prompt"] and shuffled.lines[start - 1].startswith(c["prompt"][4])
+    assert moved > 30
 
 
 def test_question_and_prompts_read_back() -> None:

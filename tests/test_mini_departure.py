@@ -69,6 +69,7 @@ def test_every_line_of_drawn_traces_has_a_kind() -> None:
         trace = make_trace(problem, recheck=True)
         assert {kind_of(line) for line in trace.lines} <= set(KINDS)
         assert first_departure(problem.question, generation(trace.lines)) is None
+        assert first_departure(problem.question, generation(make_trace(problem, shuffled=True).lines)) is None
 
 
 def test_rfts_equations_are_read_by_their_place_in_the_round(tmp_path: Path) -> None:

@@ -288,12 +288,21 @@ class Trace:
         return "\n".join(self.lines)
 
 
-def make_trace(problem: Problem, recheck: bool = False) -> Trace:
+def work_order(problem: Problem, round_nodes: tuple[Node, ...], shuffled: bool) -> list[Node]:
+    """A round's subtasks in the question's order, or (`shuffled`) in an order drawn from the question itself, so
+    that a trace stays a function of its question."""
+    if not shuffled:
+        return list(round_nodes)
+    return random.Random(f"order:{problem.question}").sample(list(round_nodes), len(round_nodes))
+
+
+def make_trace(problem: Problem, recheck: bool = False, shuffled: bool = False) -> Trace:
     """The trace, and stage 1-2 answers as a careful teacher would give them: each round's opening
     plan-only; a subtask with its instruction as the prompt (no range holds it, as the instruction is the
     trace's own line) and its search as the execution; the closing lookups plan-only. Parents: what a line
     reads, so a subtask depends on its round's opening and on the subtasks it reads, and the closing on the
-    subtasks it looks up."""
+    subtasks it looks up. `shuffled`: each round's subtasks in an order of their own (`work_order`), so that the
+    next equation is not the question's next line."""
     lines: list[str] = []
     components: list[dict[str, Any]] = []
     dag: dict[str, list[int]] = {}
@@ -308,7 +317,7 @@ def make_trace(problem: Problem, recheck: bool = False) -> Trace:
 
     name = problem.name
     opening, previous = 0, []
-    for r, round_nodes in enumerate(Shape.of(problem).rounds, 1):
+    for r, round_nodes in enumerate((work_order(problem, nodes, shuffled) for nodes in Shape.of(problem).rounds), 1):
         lines.append((FIRST if r == 1 else NEXT).format(names=" , ".join(name(n) for n in round_nodes)))
         opening = add(f"Choose the subtasks of round {r}", [opening] * (r > 1) + [number[id(n)] for n in previous],
                       plan=f"{len(lines)}-{len(lines)}")
@@ -367,7 +376,7 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
 
     rechecks = random.Random(f"recheck:{cfg.seed}")  # its own stream: the share changes no problem
     for i in range(cfg.n_train or 4000):
-        trace = make_trace(fresh(draw), recheck=rechecks.random() < cfg.recheck_share)
+        trace = make_trace(fresh(draw), recheck=rechecks.random() < cfg.recheck_share, shuffled=cfg.shuffle_rounds)
         rows.add_trace({"id": f"ar-{i:05d}", "question": trace.question, "thought": trace.thought,
                         "solution": trace.solution, "answer": trace.problem.value},
                        {"components": trace.components, "dag": trace.dag})

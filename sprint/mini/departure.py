@@ -69,12 +69,12 @@ def thought_lines(generation: str) -> list[str]:
 
 
 def first_departure(question: str, generation: str) -> Departure | None:
-    """The first line where `generation` leaves the generator's trace (with or without its second check,
-    whichever it follows longer); None when it follows one of them to the end."""
+    """The first line where `generation` leaves the generator's trace (with or without its second check, in the
+    question's order or its own, whichever it follows longest); None when it follows one of them to the end."""
     problem, got = parse_problem(question), thought_lines(generation)
     best: Departure | None = None
-    for recheck in (False, True):
-        want = make_trace(problem, recheck=recheck).lines
+    for recheck, shuffled in ((False, False), (True, False), (False, True), (True, True)):
+        want = make_trace(problem, recheck=recheck, shuffled=shuffled).lines
         i = next((k for k, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
         if i == len(want) == len(got):
             return None

@@ -36,6 +36,9 @@ class MiniDataConfig:
     max_rounds: int = option(3, "arithmetic: most rounds of subtasks (the DAG's depth)", var="MAX_ROUNDS")
     max_width: int = option(4, "arithmetic: most subtasks in one round", var="MAX_WIDTH")
     max_subtasks: int = option(8, "arithmetic: most subtasks in a problem (of three rounds or more: 4)", var="MAX_SUBTASKS")
+    shuffle_rounds: bool = option(False, "arithmetic: work each round's subtasks in an order drawn per problem, not "
+                                  "the question's, so that the next equation is found by its name, not as the line "
+                                  "after the last one", var="SHUFFLE_ROUNDS")
     beyond: int = option(0, "arithmetic: also write test_beyond.jsonl, this many held-out problems one round deeper "
                          "or one subtask wider than any training problem (generalisation; reported, no target)",
                          var="BEYOND")
