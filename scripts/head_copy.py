@@ -65,7 +65,8 @@ def encode(tok: PreTrainedTokenizerFast, row: dict) -> tuple[list[int], list[int
 
 
 def place(row_id: str) -> str:
-    """An executor-view row's place (`ar-00012#exec_1.3@stream` -> `round 1, third or later`); '' for other rows."""
+    """An executor-view row's place (`ar-00012#exec_1.3@stream` -> `round 1, third or later`, the places of
+    `sprint.mini.arithmetic.copy_place`, which ms-swift's venv cannot import); '' for other rows."""
     match = re.search(r"#exec_(\d+)\.(\d+)@", row_id)
     if not match:
         return ""

@@ -56,8 +56,8 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from sprint.core.errors import UserError
