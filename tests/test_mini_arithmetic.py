@@ -99,7 +99,7 @@ def test_the_equations_are_the_dag() -> None:
     chain = parse_problem(_question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = A .", "C + 2 = B ."))
     assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["A"], ["B"], ["C"]]
     trace = make_trace(wide)
-    assert trace.lines[:2] == ["First A , B .", "Now A ."]
+    assert trace.lines[:2] == ["First A , B .", "Now A + 1 = 5 ."]
     assert "Then C , D ." in trace.lines and trace.lines[-1] == "That is all : C is 2 and D is 2 ."
     assert trace.solution == "The answer is \\boxed{ 2 2 } ."
     assert trace.dag[str(len(trace.components))] == sorted([4, 5, 6])  # the closing reads C, D and its round's opening
@@ -135,7 +135,8 @@ def test_question_and_prompts_read_back() -> None:
         again = parse_problem(problem.question)
         assert again.question == problem.question and again.value == problem.value
         assert [n.value for n in again.order] == [n.value for n in problem.order]
-    assert read_prompt("Now B .") == "B" and read_prompt("Now 2 .") is None and read_prompt("hello") is None
+    assert read_prompt("Now B * 3 = 6 .") == "B" and read_prompt("Now 2 .") is None and read_prompt("Now B .") is None
+    assert read_prompt("Now D + A = B .") == "D" and read_prompt("hello") is None
     assert read_result("x\nSo A is 3 .\nSo B is 4 .") == ("B", 4) and read_result("So 2 + 3 = 5 .") is None
     step = read_step("D + A = B , where A is 4 and B is 2 , so D + 4 = 2 , try each digit :\n1 + 4")
     assert step == Step("+", 4, {"A": 4, "B": 2}, 2, True)
@@ -204,11 +205,11 @@ def test_stages_1_to_3_over_the_teacher_pack_the_ideal_plans(data: Path, tmp_pat
 
 def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
     question = _question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + B = A .")
-    good = ("<Question>\n" + question + "\n</Question>\n\n<Plan_1>\nFirst .\n\n<prompt_1.1> Now B . </prompt_1.1>"
-            "\n\n<prompt_1.2> Now A . </prompt_1.2>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n"
+    good = ("<Question>\n" + question + "\n</Question>\n\n<Plan_1>\nFirst .\n\n<prompt_1.1> Now B * 3 = 6 . </prompt_1.1>"
+            "\n\n<prompt_1.2> Now A + 1 = 5 . </prompt_1.2>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n"
             "B * 3 = 6 , try each digit :\nSo B is 3 .\n</execution_1.1>\n\n<execution_1.2>\n"
             "A + 1 = 5 , try each digit :\nSo A is 4 .\n</execution_1.2>\n</Execution_1>\n\n"
-            "<Plan_2>\n<prompt_2.1> Now C . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
+            "<Plan_2>\n<prompt_2.1> Now C + B = A . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
             "C + B = A , where B is 3 and A is 4 , so C + 3 = 4 , try each digit :\nSo C is 1 .\n"
             "</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n\\boxed{ 1 }\n</Final_answer>")
     # 3 * 3 is 9, not 6: the executor's slip; the plan, and the copy of what it reported, are still right
@@ -221,7 +222,7 @@ def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
     miscopied = good.replace("where B is 3 and A is 4", "where B is 2 and A is 4")
     reading = read_plan({"id": "b", "question": question, "trajectory": miscopied})
     assert reading and reading.matches and (reading.uses, reading.copied) == (2, 1)
-    serial = good.replace("<prompt_1.2> Now A . </prompt_1.2>", "")
+    serial = good.replace("<prompt_1.2> Now A + 1 = 5 . </prompt_1.2>", "")
     reading = read_plan({"id": "c", "question": question, "trajectory": serial})
     assert reading and not reading.matches and reading.widths == (1, 1)
     broken = read_plan({"id": "d", "question": question, "trajectory": good.replace("</Plan_2>", "")})

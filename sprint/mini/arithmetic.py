@@ -25,8 +25,8 @@ the plan must read.
 
 The sequential trace works as R1 would: each round opens with the subtasks it can do now (`First A , B .`,
 later `Then C , D .`), then each subtask in turn
-(`Now C .`; its equation restated with the digits it reads, looked up in the words of their results,
-`where A is 6`; the tries; `So C is 8 .`); a share of traces checks the last search once more (R1's habit,
+(`Now C * 7 = A .`, the question's line copied; that equation restated with the digits it reads, looked up in
+the words of their results, `where A is 6`; the tries; `So C is 8 .`); a share of traces checks the last search once more (R1's habit,
 the slack GRPO can remove); then the digits asked for are looked up the same way in the plan
 (`That is all : C is 8 and D is 2 .`) and boxed in the question's order (`\boxed{ 8 2 }`).
 
@@ -44,6 +44,11 @@ the demo's tokenizer makes each right part one token (` * 3 = 1`), so the copy i
 learned far sooner than three (docs/experiments.md, "Digit equations"). The equation keeps a try's spaces,
 so the same kind of token ends every try (` * 3 = 4` of `8 * 3 = 4`) and is written nine times a subtask:
 written apart from the tries (`B *3 =4`, a token only the heads write), the copy formed far later.
+The instruction carries its equation so that the one copy by name from the question is the planner's, made
+where the sequential trace makes it (after the round's names, as the rounds before did), and an executor only
+copies its own prompt: with bare names (`Now C .`) each executor had to find its equation in the question by
+name with no earlier work in its view, and a model of this size did so only for the first subtask of a round
+(docs/experiments.md, "Executions that open with their instruction").
 Deep problems are kept small (`DrawConfig.max_deep`) and the widest problems are the longest, so the
 ideal packing has the paper's Figure 6 shape (the longest quartile gains most; docs/experiments.md, "No sums").
 
@@ -67,7 +72,7 @@ QUESTION = "Find {goal} , keeping only last digits ."  # goal: the names asked f
 DEFINITION = "{name} {op} {k} = {rhs}"                  # an equation, as the question and its execution write it
 FIRST = "First {names} ."                                # round 1's opening (what needs only numbers): the plan
 NEXT = "Then {names} ."                                  # each later round's opening (what needs those)
-NOW = "Now {name} ."                                     # a subtask's instruction: the prompt
+NOW = "Now {equation} ."                                 # a subtask's instruction, its equation copied: the prompt
 HEAD = "{equation} , try each digit :"                   # an execution's first line
 READS = "{equation} , where {lookups} , so {restated}"  # ... for an equation that names unknowns
 LOOKUP = "{name} is {value}"                            # a digit read by name: the same words as its result
@@ -322,11 +327,11 @@ def make_trace(problem: Problem, recheck: bool = False, shuffled: bool = False) 
         opening = add(f"Choose the subtasks of round {r}", [opening] * (r > 1) + [number[id(n)] for n in previous],
                       plan=f"{len(lines)}-{len(lines)}")
         for n in round_nodes:
-            lines.append(NOW.format(name=name(n)))
+            lines.append(NOW.format(equation=problem.equation(n)))
             start = len(lines) + 1
             lines += work_lines(problem, n)
             number[id(n)] = add(f"Find {name(n)} by trying each digit", [opening, *(number[id(r)] for r in n.reads)],
-                                prompt=NOW.format(name=name(n)), execution=f"{start}-{len(lines)}")
+                                prompt=lines[start - 2], execution=f"{start}-{len(lines)}")
         previous = list(round_nodes)
     start = len(lines) + 1
     lines.append(done_line(problem))
@@ -430,7 +435,7 @@ class Step:
     restated_right: bool  # the restated equation holds the looked-up digits where it names them (always, for numbers)
 
 
-_PROMPT = re.compile(r"^Now ([A-Z]) \.$")
+_PROMPT = re.compile(r"^Now ([A-Z]) [+*] [0-9A-Z] = [0-9A-Z] \.$")
 _RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
 _HEAD = re.compile(r"^([A-Z]) ([+*]) (?:([0-9]) = ([0-9])|([0-9A-Z]) = ([A-Z]) , where ([A-Z] is [0-9](?: and [A-Z] is [0-9])*)"
                    r" , so \1 \2 ([0-9]) = ([0-9])) , try each digit :$", re.M)
@@ -467,7 +472,7 @@ def tally(copies: Iterable[tuple[str, bool]]) -> dict[str, tuple[int, int]]:
 
 
 def read_prompt(text: str) -> str | None:
-    """The name a prompt (`Now B .`) asks for; None when it is not one."""
+    """The name a prompt (`Now B * 3 = 6 .`) asks for; None when it is not one."""
     match = _PROMPT.match(text.strip())
     return match[1] if match else None
 

@@ -5,7 +5,7 @@ held-out trajectory is read back against it:
 
 - its shape: the number of prompts in each phase that has any (phases with prompts, widths);
 - fidelity: the same number of phases with prompts as the ideal, and in each the same set of
-  subtasks in any order, read from the prompts' names (`Now B .`);
+  subtasks in any order, read from the prompts' names (`Now B * 3 = 6 .`);
 - equations: each execution's first equation against the question's line for its prompt's name, by the
   subtask's place in its round (`heads`: where the lookup by name fails);
 - copies: every unknown that an execution in a later phase reads; it is copied right when the execution
