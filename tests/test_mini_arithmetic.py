@@ -17,7 +17,7 @@ from sprint.core.data import iter_jsonl
 from sprint.curation.trace_lines import split_lines
 from sprint.format.trajectory import parse
 from sprint.mini.arithmetic import (DrawConfig, Shape, Step, apply, copy_places, draw_problem, make_trace, parse_problem,
-                                    read_prompt, read_result, read_step, subtasks, work_lines)
+                                    prompt_equation, read_prompt, read_result, read_step, subtasks, work_lines)
 from sprint.mini.fidelity import plan_figures, read_plan, read_run
 from sprint.mini.figures import arithmetic_sections
 from sprint.mini.generate import write_mini_data
@@ -136,7 +136,8 @@ def test_question_and_prompts_read_back() -> None:
         assert again.question == problem.question and again.value == problem.value
         assert [n.value for n in again.order] == [n.value for n in problem.order]
     assert read_prompt("Now B * 3 = 6 .") == "B" and read_prompt("Now 2 .") is None and read_prompt("Now B .") is None
-    assert read_prompt("Now D + A = B .") == "D" and read_prompt("hello") is None
+    assert read_prompt("Now D + A = B .") == "D" and prompt_equation(" Now D + A = B . ") == "D + A = B"
+    assert prompt_equation("Now B .") is None and read_prompt("hello") is None
     assert read_result("x\nSo A is 3 .\nSo B is 4 .") == ("B", 4) and read_result("So 2 + 3 = 5 .") is None
     step = read_step("D + A = B , where A is 4 and B is 2 , so D + 4 = 2 , try each digit :\n1 + 4")
     assert step == Step("+", 4, {"A": 4, "B": 2}, 2, True)
@@ -219,6 +220,9 @@ def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
     assert reading.heads == (("round 1, first", True), ("round 1, second", True), ("later rounds, first", True))
     swapped = read_plan({"id": "e", "question": question, "trajectory": good.replace("B * 3 = 6 ,", "B * 3 = 4 ,")})
     assert swapped and swapped.heads[0] == ("round 1, first", False) and all(right for _, right in swapped.heads[1:])
+    assert swapped.prompts == reading.prompts == reading.heads  # the executor miscopied its prompt, not the planner
+    planner = read_plan({"id": "f", "question": question, "trajectory": good.replace("Now C + B = A", "Now C + A = B")})
+    assert planner and planner.prompts[2] == ("later rounds, first", False) and planner.heads == reading.heads
     miscopied = good.replace("where B is 3 and A is 4", "where B is 2 and A is 4")
     reading = read_plan({"id": "b", "question": question, "trajectory": miscopied})
     assert reading and reading.matches and (reading.uses, reading.copied) == (2, 1)

@@ -435,7 +435,7 @@ class Step:
     restated_right: bool  # the restated equation holds the looked-up digits where it names them (always, for numbers)
 
 
-_PROMPT = re.compile(r"^Now ([A-Z]) [+*] [0-9A-Z] = [0-9A-Z] \.$")
+_PROMPT = re.compile(r"^Now (([A-Z]) [+*] [0-9A-Z] = [0-9A-Z]) \.$")
 _RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
 _HEAD = re.compile(r"^([A-Z]) ([+*]) (?:([0-9]) = ([0-9])|([0-9A-Z]) = ([A-Z]) , where ([A-Z] is [0-9](?: and [A-Z] is [0-9])*)"
                    r" , so \1 \2 ([0-9]) = ([0-9])) , try each digit :$", re.M)
@@ -473,6 +473,12 @@ def tally(copies: Iterable[tuple[str, bool]]) -> dict[str, tuple[int, int]]:
 
 def read_prompt(text: str) -> str | None:
     """The name a prompt (`Now B * 3 = 6 .`) asks for; None when it is not one."""
+    match = _PROMPT.match(text.strip())
+    return match[2] if match else None
+
+
+def prompt_equation(text: str) -> str | None:
+    """The equation a prompt carries (`B * 3 = 6` of `Now B * 3 = 6 .`); None when it is not a prompt."""
     match = _PROMPT.match(text.strip())
     return match[1] if match else None
 

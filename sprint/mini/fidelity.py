@@ -6,8 +6,9 @@ held-out trajectory is read back against it:
 - its shape: the number of prompts in each phase that has any (phases with prompts, widths);
 - fidelity: the same number of phases with prompts as the ideal, and in each the same set of
   subtasks in any order, read from the prompts' names (`Now B * 3 = 6 .`);
-- equations: each execution's first equation against the question's line for its prompt's name, by the
-  subtask's place in its round (`heads`: where the lookup by name fails);
+- equations: each prompt's equation and each execution's first one against the question's line for the
+  prompt's name, by the subtask's place in its round (`prompts`, `heads`: where the copy by name fails, the
+  planner's or the executor's);
 - copies: every unknown that an execution in a later phase reads; it is copied right when the execution
   looks up the digit an earlier execution of the model reported under that name (a wrong search in round 1
   is the executor's fault, not the copy's), the true digit where none did.
@@ -26,8 +27,8 @@ from typing import Any
 from sprint.core.data import iter_jsonl
 from sprint.format.boxed import last_boxed
 from sprint.format.trajectory import TrajectoryError, parse
-from sprint.mini.arithmetic import (Shape, apply, copy_place, head_equation, parse_problem, read_prompt, read_result,
-                                    read_step, subtasks)
+from sprint.mini.arithmetic import (Shape, apply, copy_place, head_equation, parse_problem, prompt_equation, read_prompt,
+                                    read_result, read_step, subtasks)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class PlanReading:
     copied: int = 0                 # ... looked up as the model's earlier execution reported them
     miscomputed: int = 0            # executions whose digit does not solve the equation they restated
     answer_differs: bool = False    # the boxed answer is not the value the model's own work gives
-    heads: tuple[tuple[str, bool], ...] = ()  # each execution's equation: (its place, copied from the question right)
+    heads: tuple[tuple[str, bool], ...] = ()    # each execution's equation: (its place, copied from the question right)
+    prompts: tuple[tuple[str, bool], ...] = ()  # each prompt's equation, the same way
 
 
 # why a held-out answer is wrong, the first that applies (the order a reader would check a trajectory in)
@@ -93,6 +95,7 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
     reported: dict[str, int] = {}  # name -> the value the model's executions reported first
     uses = copied = miscomputed = 0
     heads: list[tuple[str, bool]] = []
+    prompts: list[tuple[str, bool]] = []
     for i, ph in enumerate(phases):
         found = []
         for j, (prompt, name) in enumerate(zip(ph.prompts, rounds[i])):
@@ -104,6 +107,8 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
             if result is not None:
                 found.append(result)
             node = nodes.get(name or "")
+            if node is not None:
+                prompts.append((copy_place(i, j), prompt_equation(prompt.text) == problem.equation(node)))
             written = head_equation(work)
             if node is not None and written is not None:
                 heads.append((copy_place(i, j), written == problem.equation(node)))
@@ -120,7 +125,7 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
     answer_differs = "".join((last_boxed(traj.final_answer) or "").split()) != own
     return PlanReading(**base, formed=True, widths=tuple(len(w) for w in rounds), matches=matches,
                        uses=uses, copied=copied, miscomputed=miscomputed, answer_differs=answer_differs,
-                       heads=tuple(heads))
+                       heads=tuple(heads), prompts=tuple(prompts))
 
 
 def read_run(run: Path) -> list[PlanReading]:

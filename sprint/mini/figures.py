@@ -155,16 +155,19 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def copy_section(root: Path, readings: dict[str, list[PlanReading]]) -> list[str]:
     """Equations copied from the question, wrong of written, by the subtask's place in its round: RFT's after
-    each `Now` line, each SPRINT run's at the head of each execution."""
+    each `Now` line, each SPRINT run's in each prompt and at the head of each execution."""
     columns = {}
     if (root / "runs" / "rft" / "records.jsonl").is_file():
         columns["RFT"] = rft_head_copies(root / "runs" / "rft")
-    columns.update({name: tally(h for r in rs for h in r.heads) for name, rs in readings.items()})
+    for name, rs in readings.items():
+        columns[f"{name}: prompts"] = tally(p for r in rs for p in r.prompts)
+        columns[f"{name}: executions"] = tally(h for r in rs for h in r.heads)
     rows = [[place, *(f"{c[place][0]} of {c[place][1]}" if place in c else "–" for c in columns.values())]
             for place in copy_places()]
     return ["## Equations copied from the question, by the subtask's place in its round", "",
-            "Wrong of those written: each SPRINT execution's first equation against the question's line of the name "
-            "its prompt gives, and each equation RFT writes after a `Now` line.", "",
+            "Wrong of those written: each SPRINT prompt's equation and each execution's first one against the "
+            "question's line of the name the prompt gives (a prompt that gives none is not counted), and each equation "
+            "RFT writes after a `Now` line.", "",
             *_table(["place", *columns], rows), ""]
 
 
