@@ -24,11 +24,11 @@ round by round, shuffled within a round and named A, B, ... in that order; where
 the plan must read.
 
 The sequential trace works as R1 would: each round opens with the subtasks it can do now (`First A , B .`,
-later `Then C , D .`), then each subtask in turn
-(`Now C * 7 = A .`, the question's line copied; that equation restated with the digits it reads, looked up in
-the words of their results, `where A is 6`; the tries; `So C is 8 .`); a share of traces checks the last search once more (R1's habit,
-the slack GRPO can remove); then the digits asked for are looked up the same way in the plan
-(`That is all : C is 8 and D is 2 .`) and boxed in the question's order (`\boxed{ 8 2 }`).
+later `Then C , D .`), then each subtask in turn (`Now C * 7 = A .`, the question's line copied; that equation
+restated with the digits it reads, looked up in the words of their results, `where A is 6`; the tries;
+`So C is 8 .`); a share of traces checks the last search once more (R1's habit, the slack GRPO can remove);
+then the digits asked for are looked up the same way in the plan (`That is all : C is 8 and D is 2 .`) and boxed
+in the question's order (`\boxed{ 8 2 }`).
 
 Every step is a copy or a try, none a sum: an equation that reads two unknowns reads one as its constant
 (`D + A = B`, so `D + 6 = 8`), and several digits asked for are listed, not added. A model of this size
@@ -45,8 +45,7 @@ learned far sooner than three (docs/experiments.md, "Digit equations"). The equa
 so the same kind of token ends every try (` * 3 = 4` of `8 * 3 = 4`) and is written nine times a subtask:
 written apart from the tries (`B *3 =4`, a token only the heads write), the copy formed far later.
 The instruction carries its equation so that the one copy by name from the question is the planner's, made
-where the sequential trace makes it (after the round's names, as the rounds before did), and an executor only
-copies its own prompt: with bare names (`Now C .`) each executor had to find its equation in the question by
+right after the round's names as in the sequential trace, and an executor only copies its own prompt: with bare names (`Now C .`) each executor had to find its equation in the question by
 name with no earlier work in its view, and a model of this size did so only for the first subtask of a round
 (docs/experiments.md, "Executions that open with their instruction").
 Deep problems are kept small (`DrawConfig.max_deep`) and the widest problems are the longest, so the
