@@ -45,9 +45,10 @@ learned far sooner than three (docs/experiments.md, "Digit equations"). The equa
 so the same kind of token ends every try (` * 3 = 4` of `8 * 3 = 4`) and is written nine times a subtask:
 written apart from the tries (`B *3 =4`, a token only the heads write), the copy formed far later.
 The instruction carries its equation so that the one copy by name from the question is the planner's, made
-right after the round's names as in the sequential trace, and an executor only copies its own prompt: with bare names (`Now C .`) each executor had to find its equation in the question by
-name with no earlier work in its view, and a model of this size did so only for the first subtask of a round
-(docs/experiments.md, "Executions that open with their instruction").
+right after the round's names as in the sequential trace, and an executor only copies its own prompt: with bare
+names (`Now C .`) each executor had to find its equation in the question by name with no earlier work in its
+view, and a model of this size did so only for the first subtask of a round (docs/experiments.md, "Executions
+that open with their instruction").
 Deep problems are kept small (`DrawConfig.max_deep`) and the widest problems are the longest, so the
 ideal packing has the paper's Figure 6 shape (the longest quartile gains most; docs/experiments.md, "No sums").
 
