@@ -327,11 +327,12 @@ def make_trace(problem: Problem, recheck: bool = False, shuffled: bool = False) 
         opening = add(f"Choose the subtasks of round {r}", [opening] * (r > 1) + [number[id(n)] for n in previous],
                       plan=f"{len(lines)}-{len(lines)}")
         for n in round_nodes:
-            lines.append(NOW.format(equation=problem.equation(n)))
+            prompt = NOW.format(equation=problem.equation(n))
+            lines.append(prompt)
             start = len(lines) + 1
             lines += work_lines(problem, n)
             number[id(n)] = add(f"Find {name(n)} by trying each digit", [opening, *(number[id(r)] for r in n.reads)],
-                                prompt=lines[start - 2], execution=f"{start}-{len(lines)}")
+                                prompt=prompt, execution=f"{start}-{len(lines)}")
         previous = list(round_nodes)
     start = len(lines) + 1
     lines.append(done_line(problem))
@@ -435,7 +436,7 @@ class Step:
     restated_right: bool  # the restated equation holds the looked-up digits where it names them (always, for numbers)
 
 
-_PROMPT = re.compile(r"^Now (([A-Z]) [+*] [0-9A-Z] = [0-9A-Z]) \.$")
+_PROMPT = re.compile(r"^Now ([A-Z] [+*] [0-9A-Z] = [0-9A-Z]) \.$")
 _RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
 _HEAD = re.compile(r"^([A-Z]) ([+*]) (?:([0-9]) = ([0-9])|([0-9A-Z]) = ([A-Z]) , where ([A-Z] is [0-9](?: and [A-Z] is [0-9])*)"
                    r" , so \1 \2 ([0-9]) = ([0-9])) , try each digit :$", re.M)
@@ -473,8 +474,8 @@ def tally(copies: Iterable[tuple[str, bool]]) -> dict[str, tuple[int, int]]:
 
 def read_prompt(text: str) -> str | None:
     """The name a prompt (`Now B * 3 = 6 .`) asks for; None when it is not one."""
-    match = _PROMPT.match(text.strip())
-    return match[2] if match else None
+    equation = prompt_equation(text)
+    return equation.split(" ", 1)[0] if equation else None
 
 
 def prompt_equation(text: str) -> str | None:

@@ -108,10 +108,10 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
                 found.append(result)
             node = nodes.get(name or "")
             if node is not None:
-                prompts.append((copy_place(i, j), prompt_equation(prompt.text) == problem.equation(node)))
-            written = head_equation(work)
-            if node is not None and written is not None:
-                heads.append((copy_place(i, j), written == problem.equation(node)))
+                place, want, written = copy_place(i, j), problem.equation(node), head_equation(work)
+                prompts.append((place, prompt_equation(prompt.text) == want))
+                if written is not None:
+                    heads.append((place, written == want))
             if i == 0 or node is None or step is None:
                 continue
             for read in node.reads:
