@@ -99,8 +99,8 @@ def test_the_equations_are_the_dag() -> None:
     chain = parse_problem(_question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = A .", "C + 2 = B ."))
     assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["A"], ["B"], ["C"]]
     trace = make_trace(wide)
-    assert trace.lines[:2] == ["First A , B .", "Now A + 1 = 5 ."]
-    assert "Then C , D ." in trace.lines and trace.lines[-1] == "That is all : C is 2 and D is 2 ."
+    assert trace.lines[:2] == ["First A + 1 = 5 , B * 3 = 6 .", "Now A + 1 = 5 ."]
+    assert "Then C + 2 = A , D + B = A ." in trace.lines and trace.lines[-1] == "That is all : C is 2 and D is 2 ."
     assert trace.solution == "The answer is \\boxed{ 2 2 } ."
     assert trace.dag[str(len(trace.components))] == sorted([4, 5, 6])  # the closing reads C, D and its round's opening
 

@@ -23,9 +23,9 @@ only by reading which equation names which (a chain has no parallelism at all). 
 round by round, shuffled within a round and named A, B, ... in that order; where one round ends is what
 the plan must read.
 
-The sequential trace works as R1 would: each round opens with the subtasks it can do now (`First A , B .`,
-later `Then C , D .`), then each subtask in turn (`Now C * 7 = A .`, the question's line copied; that equation
-restated with the digits it reads, looked up in the words of their results, `where A is 6`; the tries;
+The sequential trace works as R1 would: each round opens with the equations it can do now, copied from the
+question (`First A + 7 = 3 , B * 3 = 4 .`, later `Then C * 7 = A , D + A = B .`), then each subtask in turn
+(`Now C * 7 = A .`, copied from the opening; that equation restated with the digits it reads, looked up in the words of their results, `where A is 6`; the tries;
 `So C is 8 .`); a share of traces checks the last search once more (R1's habit, the slack GRPO can remove);
 then the digits asked for are looked up the same way in the plan (`That is all : C is 8 and D is 2 .`) and boxed
 in the question's order (`\boxed{ 8 2 }`).
@@ -44,11 +44,13 @@ the demo's tokenizer makes each right part one token (` * 3 = 1`), so the copy i
 learned far sooner than three (docs/experiments.md, "Digit equations"). The equation keeps a try's spaces,
 so the same kind of token ends every try (` * 3 = 4` of `8 * 3 = 4`) and is written nine times a subtask:
 written apart from the tries (`B *3 =4`, a token only the heads write), the copy formed far later.
-The instruction carries its equation so that the one copy by name from the question is the planner's, made
-right after the round's names as in the sequential trace, and an executor only copies its own prompt: with bare
-names (`Now C .`) each executor had to find its equation in the question by name with no earlier work in its
-view, and a model of this size did so only for the first subtask of a round (docs/experiments.md, "Executions
-that open with their instruction").
+The instruction carries its equation so that an executor only copies its own prompt: with bare names
+(`Now C .`) each executor had to find its equation in the question by name with no earlier work in its view,
+and a model of this size did so only for the first subtask of a round (docs/experiments.md, "Executions that
+open with their instruction"). The opening carries the round's equations so that the one copy by name from the
+question is made in a line the sequential trace writes word for word, and a plan's later instructions copy from
+the line above them: copied from the question past a round's first place, a later round's instructions were
+wrong one time in three (docs/experiments.md, "Openings that carry the round's equations").
 Deep problems are kept small (`DrawConfig.max_deep`) and the widest problems are the longest, so the
 ideal packing has the paper's Figure 6 shape (the longest quartile gains most; docs/experiments.md, "No sums").
 
@@ -70,9 +72,9 @@ from sprint.mini.problems import MiniDataConfig, ProblemRows
 
 QUESTION = "Find {goal} , keeping only last digits ."  # goal: the names asked for, `C , D`
 DEFINITION = "{name} {op} {k} = {rhs}"                  # an equation, as the question and its execution write it
-FIRST = "First {names} ."                                # round 1's opening (what needs only numbers): the plan
-NEXT = "Then {names} ."                                  # each later round's opening (what needs those)
-NOW = "Now {equation} ."                                 # a subtask's instruction, its equation copied: the prompt
+FIRST = "First {equations} ."                            # round 1's opening (what needs only numbers): the plan
+NEXT = "Then {equations} ."                              # each later round's opening (what needs those)
+NOW = "Now {equation} ."                                 # a subtask's instruction, copied from its opening: the prompt
 HEAD = "{equation} , try each digit :"                   # an execution's first line
 READS = "{equation} , where {lookups} , so {restated}"  # ... for an equation that names unknowns
 LOOKUP = "{name} is {value}"                            # a digit read by name: the same words as its result
@@ -323,7 +325,7 @@ def make_trace(problem: Problem, recheck: bool = False, shuffled: bool = False) 
     name = problem.name
     opening, previous = 0, []
     for r, round_nodes in enumerate((work_order(problem, nodes, shuffled) for nodes in Shape.of(problem).rounds), 1):
-        lines.append((FIRST if r == 1 else NEXT).format(names=" , ".join(name(n) for n in round_nodes)))
+        lines.append((FIRST if r == 1 else NEXT).format(equations=" , ".join(problem.equation(n) for n in round_nodes)))
         opening = add(f"Choose the subtasks of round {r}", [opening] * (r > 1) + [number[id(n)] for n in previous],
                       plan=f"{len(lines)}-{len(lines)}")
         for n in round_nodes:

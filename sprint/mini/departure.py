@@ -24,7 +24,7 @@ from sprint.mini.arithmetic import (FIRST, NEXT, NOW, RESULT, copy_place, head_e
 RIGHT = "the generator's trace, line for line"
 UNREAD = "a question the arithmetic generator cannot read"
 KINDS = {  # kind -> what the model got wrong there
-    "round names": "a round's names (which subtasks it can do now)",
+    "round names": "a round's opening (the equations it can do now)",
     "prompt": "the next subtask of a round",
     "lookup head": "a later subtask's equation or the digits it reads",
     "definition": "an equation copied from the question",
