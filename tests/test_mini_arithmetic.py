@@ -19,6 +19,7 @@ from sprint.format.trajectory import parse
 from sprint.mini.arithmetic import (DrawConfig, Shape, Step, apply, copy_places, draw_problem, make_trace, parse_problem,
                                     prompt_equation, read_prompt, read_result, read_step, subtasks, work_lines)
 from sprint.mini.fidelity import plan_figures, read_plan, read_run
+from sprint.mini.searches import ORDER
 from sprint.mini.figures import arithmetic_sections
 from sprint.mini.generate import write_mini_data
 from sprint.mini.ideal import ideal_trajectory
@@ -218,6 +219,7 @@ def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
     assert reading and reading.matches and reading.widths == (2, 1) and (reading.uses, reading.copied) == (2, 2)
     assert reading.miscomputed == 1 and not reading.answer_differs
     assert reading.heads == (("round 1, first", True), ("round 1, second", True), ("later rounds, first", True))
+    assert reading.searches == tuple((place, ORDER) for place, _ in reading.heads)  # the tries are left out here
     swapped = read_plan({"id": "e", "question": question, "trajectory": good.replace("B * 3 = 6 ,", "B * 3 = 4 ,")})
     assert swapped and swapped.heads[0] == ("round 1, first", False) and all(right for _, right in swapped.heads[1:])
     assert swapped.prompts == reading.prompts == reading.heads  # the executor miscopied its prompt, not the planner
@@ -252,6 +254,9 @@ def test_the_summary_reads_a_run_of_ideal_plans_as_ideal(data: Path, tmp_path: P
     copies = lines[lines.index("## Equations copied from the question, by the subtask's place in its round") + 6:][:6]
     assert [row.split(" | ")[0] for row in copies] == [f"| {place}" for place in copy_places()]
     assert all(cell.startswith("0 of ") for row in copies for cell in row.rstrip(" |").split(" | ")[1:])
+    searched = lines[lines.index("## The searches, try by try") + 6:][:7]
+    assert searched[-1].startswith("| all | 0 of ") and searched[-1] != "| all | 0 of 0 |"
+    assert all(row.split(" | ")[1].startswith("0 of ") for row in searched)
     depth_rows = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |") or line.startswith("| 3 |")]
     assert depth_rows and all(row.split(" | ")[2] == row.split(" | ")[3].rstrip(" |") for row in depth_rows)
     assert (root / "miniature" / "figure5.png").stat().st_size > 1000

@@ -448,6 +448,11 @@ _EQUATION_LINE = re.compile(r"^[A-Z] [+*] [0-9A-Z] = [0-9A-Z](?= |$)", re.M)
 PLACES = ("first", "second", "third or later")  # a subtask's place in its round, as the copy tables group it
 
 
+def lead(template: str) -> str:
+    """The fixed words a template's lines start with (`Now ` of `Now {equation} .`)."""
+    return template.split("{", 1)[0]
+
+
 def head_equation(text: str) -> str | None:
     """The first equation a text restates at the start of a line (`C * 7 = A` of `C * 7 = A , where ...`), to be
     read against the question's line; None when no line starts with one."""

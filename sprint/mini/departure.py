@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sprint.core.data import iter_jsonl
-from sprint.format.tags import THINK, THINK_END
-from sprint.mini.arithmetic import (FIRST, NEXT, NOW, RESULT, copy_place, head_equation, make_trace, parse_problem,
-                                    read_prompt, tally)
+from sprint.mini.arithmetic import (FIRST, NEXT, NOW, RESULT, head_equation, lead, make_trace, parse_problem, read_prompt,
+                                    tally)
+from sprint.mini.searches import sequential_works, thought_lines
 
 RIGHT = "the generator's trace, line for line"
 UNREAD = "a question the arithmetic generator cannot read"
@@ -42,30 +42,19 @@ class Departure:
     got: str
 
 
-def _lead(template: str) -> str:
-    """The fixed words a template's lines start with (`Now ` of `Now {name} .`)."""
-    return template.split("{", 1)[0]
-
-
 def kind_of(line: str) -> str:
     """The kind of a line of the generator's trace, told by the templates that write them."""
-    if line.startswith((_lead(FIRST), _lead(NEXT))):
+    if line.startswith((lead(FIRST), lead(NEXT))):
         return "round names"
-    if line.startswith(_lead(NOW)):
+    if line.startswith(lead(NOW)):
         return "prompt"
     if re.match(r"^[A-Z] [+*] [0-9A-Z] = ", line):
         return "lookup head" if " where " in line else "definition"
-    if line.startswith(_lead(RESULT)):
+    if line.startswith(lead(RESULT)):
         return "result"
     if line[:1].isdigit():
         return "try"
     return "end"
-
-
-def thought_lines(generation: str) -> list[str]:
-    """The lines between `<think>` and `</think>` (all of them when a tag is missing)."""
-    text = generation.split(THINK + "\n", 1)[-1].split(THINK_END, 1)[0]
-    return text.rstrip("\n").split("\n")
 
 
 def first_departure(question: str, generation: str) -> Departure | None:
@@ -86,22 +75,15 @@ def first_departure(question: str, generation: str) -> Departure | None:
 
 
 def head_copies(question: str, generation: str) -> list[tuple[str, bool]]:
-    """Each subtask a `Now` line opens: (its place in its round, whether the equation on the next line is the
-    question's line of that name), as `fidelity` reads SPRINT's executions."""
+    """Each subtask a `Now` line opens: (its place in its round, whether the equation its work restates first is
+    the question's line of that name), as `fidelity` reads SPRINT's executions."""
     problem = parse_problem(question)
     nodes = {problem.name(n): n for n in problem.order}
-    lines = thought_lines(generation)
-    copies, round_index, position = [], 0, -1
-    for i, (line, after) in enumerate(zip(lines, [*lines[1:], ""])):
-        if line.startswith((_lead(FIRST), _lead(NEXT))):
-            round_index, position = round_index + (i > 0), -1
-        name = read_prompt(line)
-        if name is None:
-            continue
-        position += 1
-        written = head_equation(after)
+    copies = []
+    for place, prompt, work in sequential_works(thought_lines(generation)):
+        name, written = read_prompt(prompt), head_equation(work)
         if name in nodes and written is not None:
-            copies.append((copy_place(round_index, position), written == problem.equation(nodes[name])))
+            copies.append((place, written == problem.equation(nodes[name])))
     return copies
 
 

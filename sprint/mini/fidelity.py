@@ -9,6 +9,7 @@ held-out trajectory is read back against it:
 - equations: each prompt's equation and each execution's first one against the question's line for the
   prompt's name, by the subtask's place in its round (`prompts`, `heads`: where the copy by name fails, the
   planner's or the executor's);
+- searches: each execution's own work, try by try (`searches.search_error`);
 - copies: every unknown that an execution in a later phase reads; it is copied right when the execution
   looks up the digit an earlier execution of the model reported under that name (a wrong search in round 1
   is the executor's fault, not the copy's), the true digit where none did.
@@ -29,6 +30,7 @@ from sprint.format.boxed import last_boxed
 from sprint.format.trajectory import TrajectoryError, parse
 from sprint.mini.arithmetic import (Shape, apply, copy_place, head_equation, parse_problem, prompt_equation, read_prompt,
                                     read_result, read_step, subtasks)
+from sprint.mini.searches import search_error
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class PlanReading:
     answer_differs: bool = False    # the boxed answer is not the value the model's own work gives
     heads: tuple[tuple[str, bool], ...] = ()    # each execution's equation: (its place, copied from the question right)
     prompts: tuple[tuple[str, bool], ...] = ()  # each prompt's equation, the same way
+    searches: tuple[tuple[str, str | None], ...] = ()  # each execution: (its place, its search's first error or None)
 
 
 # why a held-out answer is wrong, the first that applies (the order a reader would check a trajectory in)
@@ -96,6 +99,7 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
     uses = copied = miscomputed = 0
     heads: list[tuple[str, bool]] = []
     prompts: list[tuple[str, bool]] = []
+    searches: list[tuple[str, str | None]] = []
     for i, ph in enumerate(phases):
         found = []
         for j, (prompt, name) in enumerate(zip(ph.prompts, rounds[i])):
@@ -106,6 +110,8 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
                 miscomputed += not step.restated_right or apply(result[1], step.op, step.k) != step.target
             if result is not None:
                 found.append(result)
+            if execution is not None:
+                searches.append((copy_place(i, j), search_error(work)))
             node = nodes.get(name or "")
             if node is not None:
                 place, want, written = copy_place(i, j), problem.equation(node), head_equation(work)
@@ -125,7 +131,7 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
     answer_differs = "".join((last_boxed(traj.final_answer) or "").split()) != own
     return PlanReading(**base, formed=True, widths=tuple(len(w) for w in rounds), matches=matches,
                        uses=uses, copied=copied, miscomputed=miscomputed, answer_differs=answer_differs,
-                       heads=tuple(heads), prompts=tuple(prompts))
+                       heads=tuple(heads), prompts=tuple(prompts), searches=tuple(searches))
 
 
 def read_run(run: Path) -> list[PlanReading]:

@@ -29,6 +29,7 @@ from sprint.mini.arithmetic import copy_places, tally
 from sprint.mini.departure import rft_head_copies
 from sprint.mini.fidelity import VERDICTS, PlanFigures, PlanReading, plan_figures, read_run, verdict
 from sprint.mini.ideal import ideal
+from sprint.mini.searches import ERRORS, sequential_search_errors, tally_errors
 
 SPRINT_RUNS = {"SPRINT barrier": "sprint-barrier", "SPRINT stream": "sprint-stream"}
 BEYOND_RUN = "sprint-beyond"  # scripts/mini_demo.sh with BEYOND > 0: SPRINT stream on data/test_beyond.jsonl
@@ -171,6 +172,24 @@ def copy_section(root: Path, readings: dict[str, list[PlanReading]]) -> list[str
             *_table(["place", *columns], rows), ""]
 
 
+def search_section(root: Path, readings: dict[str, list[PlanReading]]) -> list[str]:
+    """Each subtask's search read try by try against its own first line: wrong of searched by place, then the
+    first error's kind, RFT's (each `Now` line's work) beside each SPRINT run's (each execution)."""
+    columns = {}
+    if (root / "runs" / "rft" / "records.jsonl").is_file():
+        columns["RFT"] = sequential_search_errors(root / "runs" / "rft")
+    for name, rs in readings.items():
+        columns[name] = tally_errors(s for r in rs for s in r.searches)
+    places = [p for p in (*copy_places(), "all") if any(p in c for c in columns.values())]
+    by_place = [[place, *(f"{c[place]['wrong']} of {c[place]['searches']}" if place in c else "–"
+                          for c in columns.values())] for place in places]
+    by_kind = [[error, *(str(c.get("all", {}).get(error, 0)) for c in columns.values())] for error in ERRORS]
+    return ["## The searches, try by try", "",
+            "Each subtask's work read against its own first line (the copies are counted above): searches with an "
+            "error of those written, by the subtask's place in its round, then where each first went wrong.", "",
+            *_table(["place", *columns], by_place), "", *_table(["first error", *columns], by_kind), ""]
+
+
 def arithmetic_sections(root: Path) -> list[str]:
     """The markdown of the miniature's own figures (also printed); writes the Figure 5 PNG to OUT/miniature."""
     readings = {name: read_run(root / "runs" / folder) for name, folder in SPRINT_RUNS.items()
@@ -187,6 +206,7 @@ def arithmetic_sections(root: Path) -> list[str]:
         lines.append("- answers: " + "; ".join(f"{v}: {counts[v]}" for v in VERDICTS if counts[v]))
         lines.append("")
     lines += copy_section(root, readings)
+    lines += search_section(root, readings)
     names = list(figures)
     lines += ["## Figure 5 in miniature: plans against the problem's depth and size", ""]
     lines += _table(["depth (rounds)", "problems", *(f"{n}: phases with prompts" for n in names), "ideal packing"],
