@@ -84,7 +84,7 @@ def test_every_drawn_line_is_right() -> None:
                 assert all(values[n] == v for n, v in step.reads.items()), line
                 head = next(n for n in problem.order if line.startswith(problem.equation(n) + " ,"))
                 assert step.target == head.target, line
-        assert "".join(str(values[problem.name(n)]) for n in problem.goal) == problem.value
+        assert " and ".join(f"{problem.name(n)} is {values[problem.name(n)]}" for n in problem.goal) == problem.answer
 
 
 def _question(*lines: str) -> str:
@@ -96,13 +96,13 @@ def test_the_equations_are_the_dag() -> None:
     wide = parse_problem(_question("Find C , D , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + 2 = A .",
                                    "D + B = A ."))
     assert Shape.of(wide).widths == (2, 2) and subtasks(wide) == [["A", "B"], ["C", "D"]]
-    assert [n.value for n in wide.order] == [4, 2, 2, 2] and wide.value == "22"
+    assert [n.value for n in wide.order] == [4, 2, 2, 2] and wide.answer == "C is 2 and D is 2"
     chain = parse_problem(_question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = A .", "C + 2 = B ."))
     assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["A"], ["B"], ["C"]]
     trace = make_trace(wide)
     assert trace.lines[:2] == ["First A + 1 = 5 , B * 3 = 6 .", "Now A + 1 = 5 ."]
     assert "Then C + 2 = A , D + B = A ." in trace.lines and trace.lines[-1] == "That is all : C is 2 and D is 2 ."
-    assert trace.solution == "The answer is \\boxed{ 2 2 } ."
+    assert trace.solution == "The answer is \\boxed{ C is 2 and D is 2 } ."
     assert trace.dag[str(len(trace.components))] == sorted([4, 5, 6])  # the closing reads C, D and its round's opening
 
 
@@ -134,7 +134,7 @@ def test_question_and_prompts_read_back() -> None:
     for _ in range(200):
         problem = draw_problem(rng, DrawConfig())
         again = parse_problem(problem.question)
-        assert again.question == problem.question and again.value == problem.value
+        assert again.question == problem.question and again.answer == problem.answer
         assert [n.value for n in again.order] == [n.value for n in problem.order]
     assert read_prompt("Now B * 3 = 6 .") == "B" and read_prompt("Now 2 .") is None and read_prompt("Now B .") is None
     assert read_prompt("Now D + A = B .") == "D" and prompt_equation(" Now D + A = B . ") == "D + A = B"
@@ -178,12 +178,16 @@ def test_held_out_problems_span_the_shapes(data: Path) -> None:
     assert all(len(r["widths"]) > 3 or max(r["widths"]) > 4 for r in beyond)
 
 
-def test_grading_reads_spaced_digits() -> None:
+def test_grading_reads_the_digits_by_name() -> None:
     task = get_task("arithmetic-mini")
-    assert task.grade(task.extract("The answer is \\boxed{ 7 2 3 } ."), "723")
-    assert not task.grade(task.extract("\\boxed{ 7 2 4 }"), "723")
-    assert not task.grade(task.extract("\\boxed{ 7²3 }"), "723")
-    assert not task.grade(None, "723")
+    gold = "A is 7 and C is 2 and D is 3"
+    assert task.grade(task.extract("The answer is \\boxed{ A is 7 and C is 2 and D is 3 } ."), gold)
+    assert task.grade(task.extract("\\boxed{A is 7  and C is 2 and D is 3}"), gold)  # spacing aside
+    assert not task.grade(task.extract("\\boxed{ A is 7 and C is 2 and D is 4 }"), gold)
+    assert not task.grade(task.extract("\\boxed{ A is 7 and B is 2 and D is 3 }"), gold)  # another unknown's name
+    assert not task.grade(task.extract("\\boxed{ A is 7 and C is 2 }"), gold)
+    assert not task.grade(task.extract("\\boxed{ 7 2 3 }"), gold)
+    assert not task.grade(None, gold)
 
 
 def test_a_share_of_traces_check_the_last_step_twice(data: Path) -> None:
@@ -213,7 +217,7 @@ def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
             "A + 1 = 5 , try each digit :\nSo A is 4 .\n</execution_1.2>\n</Execution_1>\n\n"
             "<Plan_2>\n<prompt_2.1> Now C + B = A . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
             "C + B = A , where B is 3 and A is 4 , so C + 3 = 4 , try each digit :\nSo C is 1 .\n"
-            "</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n\\boxed{ 1 }\n</Final_answer>")
+            "</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n\\boxed{ C is 1 }\n</Final_answer>")
     # 3 * 3 is 9, not 6: the executor's slip; the plan, and the copy of what it reported, are still right
     reading = read_plan({"id": "a", "question": question, "trajectory": good})
     assert reading and reading.matches and reading.widths == (2, 1) and (reading.uses, reading.copied) == (2, 2)

@@ -35,6 +35,7 @@ def test_each_slip_is_named_where_it_first_occurs() -> None:
 
     assert slip(0, "D + B = A , where", "the digit D , where") == HEAD
     assert slip(0, "so D + 8 = 6", "so D + 8 = 5") == RESTATED
+    assert slip(0, "so D + 8 = 6", "so F + 8 = 6") == RESTATED  # another unknown's name
     assert slip(3, "3 + 8", "4 + 8") == ORDER
     assert search_error("\n".join(lines[:5] + lines[6:])) == ORDER  # a try left out
     assert slip(3, "3 + 8 = 1", "3 * 8 = 1") == OPERANDS

@@ -27,8 +27,10 @@ The sequential trace works as R1 would: each round opens with the equations it c
 question (`First A + 7 = 3 , B * 3 = 4 .`, later `Then C * 7 = A , D + A = B .`), then each subtask in turn
 (`Now C * 7 = A .`, copied from the opening; that equation restated with the digits it reads, looked up in the words of their results, `where A is 6`; the tries;
 `So C is 8 .`); a share of traces checks the last search once more (R1's habit, the slack GRPO can remove);
-then the digits asked for are looked up the same way in the plan (`That is all : C is 8 and D is 2 .`) and boxed
-in the question's order (`\boxed{ 8 2 }`).
+then the digits asked for are looked up the same way in the plan (`That is all : C is 8 and D is 2 .`), and the
+answer boxes those words (`\boxed{ C is 8 and D is 2 }`): each digit in it is again a lookup by name. Boxed bare
+(`\boxed{ 8 2 }`), the first digit was copied by place from a closing twenty tokens up in SPRINT's final answer,
+and a digit of another unknown took its place in one answer of ten (docs/experiments.md, "Answers by name").
 
 Every step is a copy or a try, none a sum: an equation that reads two unknowns reads one as its constant
 (`D + A = B`, so `D + 6 = 8`), and several digits asked for are listed, not added. A model of this size
@@ -82,7 +84,7 @@ TRY = "{x} {op} {k} = {v} , want {t} , {verdict} ."     # verdict: yes for the o
 RESULT = "So {name} is {x} ."                           # a subtask's digit: `A is` occurs nowhere else
 DONE = "That is all : {work} ."
 RECHECK = "Wait , let me check {name} once more : {x} {op} {k} = {t} , yes ."
-ANSWER = "The answer is \\boxed{{ {value} }} ."           # value: the digits asked for, spaced (`8 1`)
+ANSWER = "The answer is \\boxed{{ {answer} }} ."          # answer: the digits asked for by name (`C is 8 and D is 2`)
 OPS = ("+", "*")
 FACTORS = (3, 7, 9)  # a product's factor: a unit mod 10, so exactly one digit solves each equation
 NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -141,9 +143,14 @@ class Problem:
         return NAMES[next(i for i, n in enumerate(self.order) if n is node)]
 
     @property
-    def value(self) -> str:
-        """The digits asked for, in the question's order: the gold answer."""
-        return "".join(str(n.value) for n in self.goal)
+    def answer(self) -> str:
+        """The digits asked for, each by name, in the question's order: the gold answer (`C is 8 and D is 2`)."""
+        return self.lookups({})
+
+    def lookups(self, values: dict[str, int]) -> str:
+        """The goal's digits in the words of their results, `values` (name -> digit) where given, else the true
+        ones: the closing's and the answer's words."""
+        return " and ".join(LOOKUP.format(name=self.name(n), value=values.get(self.name(n), n.value)) for n in self.goal)
 
     def equation(self, node: Node) -> str:
         rhs = str(node.number) if node.number is not None else self.name(node.reads[-1])
@@ -273,7 +280,7 @@ def work_lines(problem: Problem, node: Node) -> list[str]:
 def done_line(problem: Problem) -> str:
     """The digits asked for, each looked up in the words of its result as a search's head looks up what it
     reads: `That is all : C is 8 and D is 2 .`"""
-    return DONE.format(work=" and ".join(LOOKUP.format(name=problem.name(n), value=n.value) for n in problem.goal))
+    return DONE.format(work=problem.answer)
 
 
 @dataclass(frozen=True)
@@ -342,16 +349,16 @@ def make_trace(problem: Problem, recheck: bool = False, shuffled: bool = False) 
         last = problem.order[-1]
         lines.append(RECHECK.format(name=name(last), x=last.value, op=last.op, k=last.k, t=last.target))
     add("Collect the digits asked for", [opening, *(number[id(n)] for n in problem.goal)], plan=f"{start}-{len(lines)}")
-    return Trace(problem, lines, ANSWER.format(value=" ".join(problem.value)), components, dag)
+    return Trace(problem, lines, ANSWER.format(answer=problem.answer), components, dag)
 
 
 # ------------------------------------------------------------------------------ rows
 
 
 def problem_row(problem: Problem, row_id: str, index: int) -> dict[str, Any]:
-    """A held-out problem: its question, its value (the gold answer) and its ideal packing."""
+    """A held-out problem: its question, its answer (the gold, by name) and its ideal packing."""
     widths = Shape.of(problem).widths
-    return {"id": row_id, "index": index, "question": problem.question, "answer": problem.value,
+    return {"id": row_id, "index": index, "question": problem.question, "answer": problem.answer,
             "rounds": len(widths), "widths": list(widths), "subtasks": subtasks(problem)}
 
 
@@ -386,7 +393,7 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
     for i in range(cfg.n_train or 4000):
         trace = make_trace(fresh(draw), recheck=rechecks.random() < cfg.recheck_share, shuffled=cfg.shuffle_rounds)
         rows.add_trace({"id": f"ar-{i:05d}", "question": trace.question, "thought": trace.thought,
-                        "solution": trace.solution, "answer": trace.problem.value},
+                        "solution": trace.solution, "answer": trace.problem.answer},
                        {"components": trace.components, "dag": trace.dag})
     # drawn last, so that asking for them changes no training problem
     rows.beyond = [problem_row(fresh(wider, beyond_training), f"ar-beyond-{i:04d}", i) for i in range(cfg.beyond)]
@@ -435,13 +442,13 @@ class Step:
     k: int
     reads: dict[str, int]
     target: int
-    restated_right: bool  # the restated equation holds the looked-up digits where it names them (always, for numbers)
+    restated_right: bool  # the restated equation keeps its name and holds the looked-up digits where it names them
 
 
 _PROMPT = re.compile(r"^Now ([A-Z] [+*] [0-9A-Z] = [0-9A-Z]) \.$")
 _RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
 _HEAD = re.compile(r"^([A-Z]) ([+*]) (?:([0-9]) = ([0-9])|([0-9A-Z]) = ([A-Z]) , where ([A-Z] is [0-9](?: and [A-Z] is [0-9])*)"
-                   r" , so \1 \2 ([0-9]) = ([0-9])) , try each digit :$", re.M)
+                   r" , so ([A-Z]) \2 ([0-9]) = ([0-9])) , try each digit :$", re.M)
 
 
 _EQUATION_LINE = re.compile(r"^[A-Z] [+*] [0-9A-Z] = [0-9A-Z](?= |$)", re.M)
@@ -507,6 +514,6 @@ def read_step(execution: str) -> Step | None:
     if match[3] is not None:
         return Step(op, int(match[3]), {}, int(match[4]), True)
     reads = {n: int(v) for n, v in re.findall(r"([A-Z]) is ([0-9])", match[7])}
-    k, target = int(match[8]), int(match[9])
+    k, target = int(match[9]), int(match[10])
     want_k = reads.get(match[5]) if match[5].isalpha() else int(match[5])
-    return Step(op, k, reads, target, want_k == k and reads.get(match[6]) == target)
+    return Step(op, k, reads, target, match[8] == match[1] and want_k == k and reads.get(match[6]) == target)

@@ -127,8 +127,8 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
             reported.setdefault(name, value)
     expected = subtasks(problem)
     matches = len(rounds) == len(expected) and all(Counter(m) == Counter(e) for m, e in zip(rounds, expected))
-    own = "".join(str(reported.get(problem.name(n), n.value)) for n in problem.goal)
-    answer_differs = "".join((last_boxed(traj.final_answer) or "").split()) != own
+    own = problem.lookups(reported)
+    answer_differs = " ".join((last_boxed(traj.final_answer) or "").split()) != own
     return PlanReading(**base, formed=True, widths=tuple(len(w) for w in rounds), matches=matches,
                        uses=uses, copied=copied, miscomputed=miscomputed, answer_differs=answer_differs,
                        heads=tuple(heads), prompts=tuple(prompts), searches=tuple(searches))
