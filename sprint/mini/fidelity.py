@@ -48,7 +48,7 @@ class PlanReading:
     uses: int = 0                   # unknowns that later-phase executions read
     copied: int = 0                 # ... looked up as the model's earlier execution reported them
     miscomputed: int = 0            # executions whose digit does not solve the equation they restated
-    answer_differs: bool = False    # the boxed answer is not the value the model's own work gives
+    answer_differs: bool = False    # the boxed answer is not what the model's own work gives
     heads: tuple[tuple[str, bool], ...] = ()    # each execution's equation: (its place, copied from the question right)
     prompts: tuple[tuple[str, bool], ...] = ()  # each prompt's equation, the same way
     searches: tuple[tuple[str, str | None], ...] = ()  # each execution: (its place, its search's first error or None)
