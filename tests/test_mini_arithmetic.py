@@ -19,11 +19,11 @@ from sprint.format.trajectory import parse
 from sprint.mini.arithmetic import (DrawConfig, Shape, Step, apply, copy_places, draw_problem, make_trace, parse_problem,
                                     prompt_equation, read_prompt, read_result, read_step, subtasks, work_lines)
 from sprint.mini.fidelity import plan_figures, read_plan, read_run
-from sprint.mini.searches import ORDER
 from sprint.mini.figures import arithmetic_sections
 from sprint.mini.generate import write_mini_data
 from sprint.mini.ideal import ideal_trajectory
 from sprint.mini.problems import MiniDataConfig
+from sprint.mini.searches import ORDER
 from sprint.mini.summary import print_summary
 from sprint.tasks.registry import get_task
 from tests.helpers import teacher_stages

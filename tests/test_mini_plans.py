@@ -15,9 +15,10 @@ problem's ideal packing (`sprint.mini.fidelity`):
   three times what the best fixed template scores. The names go round by round in the question, so a problem's
   ideal packing is fixed by its widths and a template that writes one shape scores that shape's share of the
   problems (the commonest: 14 % of these 50). Measured at this size: 50 % (the budget of 300 RFT steps; 56 % before
-  the answer named its digits). With bare openings (`Then C , D .`) it was 50 %; with bare prompts too (`Now C .`, before prompts copied their
-  equation, which so short a run learns only in part) 82 %, 86 % after 328 steps; the traces with sums before: 94 % after 312 steps, 86 % after 234, 28 % after 156: the
-  plans form late in so short a run (docs/experiments.md, "The arithmetic task").
+  the answer named its digits). With bare openings (`Then C , D .`) it was 50 %; with bare prompts too (`Now C .`,
+  before prompts copied their equation, which so short a run learns only in part) 82 %, 86 % after 328 steps; the
+  traces with sums before: 94 % after 312 steps, 86 % after 234, 28 % after 156: the plans form late in so short a
+  run (docs/experiments.md, "The arithmetic task").
 
 Not asserted: the answers. At this size the executions have not learned to copy their equations (the demo's base
 reasoner is what teaches that), so accuracy is about chance; `make demo`-sized runs measure it.
