@@ -461,6 +461,9 @@ def lead(template: str) -> str:
     return template.split("{", 1)[0]
 
 
+OPENINGS = (lead(FIRST), lead(NEXT))  # what a round's opening line starts with
+
+
 def head_equation(text: str) -> str | None:
     """The first equation a text restates at the start of a line (`C * 7 = A` of `C * 7 = A , where ...`), to be
     read against the question's line; None when no line starts with one."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sprint.core.data import iter_jsonl
-from sprint.mini.arithmetic import (FIRST, NEXT, NOW, RESULT, head_equation, lead, make_trace, parse_problem, read_prompt,
+from sprint.mini.arithmetic import (NOW, OPENINGS, RESULT, head_equation, lead, make_trace, parse_problem, read_prompt,
                                     tally)
 from sprint.mini.searches import sequential_works, thought_lines
 
@@ -44,7 +44,7 @@ class Departure:
 
 def kind_of(line: str) -> str:
     """The kind of a line of the generator's trace, told by the templates that write them."""
-    if line.startswith((lead(FIRST), lead(NEXT))):
+    if line.startswith(OPENINGS):
         return "round names"
     if line.startswith(lead(NOW)):
         return "prompt"

@@ -110,11 +110,12 @@ def read_plan(record: dict[str, Any]) -> PlanReading | None:
                 miscomputed += not step.restated_right or apply(result[1], step.op, step.k) != step.target
             if result is not None:
                 found.append(result)
+            place = copy_place(i, j)
             if execution is not None:
-                searches.append((copy_place(i, j), search_error(work)))
+                searches.append((place, search_error(work)))
             node = nodes.get(name or "")
             if node is not None:
-                place, want, written = copy_place(i, j), problem.equation(node), head_equation(work)
+                want, written = problem.equation(node), head_equation(work)
                 prompts.append((place, prompt_equation(prompt.text) == want))
                 if written is not None:
                     heads.append((place, written == want))

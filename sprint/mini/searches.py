@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sprint.core.data import iter_jsonl
 from sprint.format.tags import THINK, THINK_END
-from sprint.mini.arithmetic import (DONE, FIRST, NEXT, apply, copy_place, copy_places, lead, read_prompt, read_result,
+from sprint.mini.arithmetic import (DONE, OPENINGS, apply, copy_place, copy_places, lead, read_prompt, read_result,
                                     read_step)
 
 # the first thing a search gets wrong, in the order it writes them (None: right to the end)
@@ -25,7 +25,7 @@ HEAD, RESTATED, ORDER, OPERANDS, VALUE, VERDICT, RESULT = (
     "a try on another equation", "a try's sum or product", "a try's verdict", "the digit found is not the try that fit")
 ERRORS = (HEAD, RESTATED, ORDER, OPERANDS, VALUE, VERDICT, RESULT)
 _TRY = re.compile(r"^([0-9]) ([+*]) ([0-9]) = ([0-9]) , want ([0-9]) , (yes|no) \.$")
-_OPENINGS, _CLOSING = (lead(FIRST), lead(NEXT)), lead(DONE)
+_CLOSING = lead(DONE)
 
 
 def search_error(work: str) -> str | None:
@@ -66,7 +66,7 @@ def sequential_works(lines: list[str]) -> list[tuple[str, str, str]]:
     works: list[tuple[str, str, list[str]]] = []
     round_index, position, current = 0, -1, None
     for i, line in enumerate(lines):
-        if line.startswith(_OPENINGS):
+        if line.startswith(OPENINGS):
             round_index, position, current = round_index + (i > 0), -1, None
         elif read_prompt(line) is not None:
             position += 1
