@@ -57,10 +57,10 @@ def test_a_search_tries_every_digit() -> None:
     assert lines[0] == "A + 7 = 3 , try each digit :" and len(lines) == 11
     assert lines[1] == "1 + 7 = 8 , want 3 , no ." and lines[6] == "6 + 7 = 3 , want 3 , yes ." and lines[-1] == "So A is 6 ."
     later = work_lines(problem, b)
-    assert later[0] == "B * 3 = A , where A is 6 , so B * 3 = 6 , try each digit :"
+    assert later[0] == "B * 3 = A , where A is 6 , so x * 3 = 6 , try each digit :"
     assert later[2] == "2 * 3 = 6 , want 6 , yes ." and later[-1] == "So B is 2 ."
     both = work_lines(problem, c)  # reading two unknowns, the first is the constant: a copy, no sum
-    assert both[0] == "C + B = A , where B is 2 and A is 6 , so C + 2 = 6 , try each digit :"
+    assert both[0] == "C + B = A , where B is 2 and A is 6 , so x + 2 = 6 , try each digit :"
     assert both[4] == "4 + 2 = 6 , want 6 , yes ." and both[-1] == "So C is 4 ."
 
 
@@ -140,13 +140,13 @@ def test_question_and_prompts_read_back() -> None:
     assert read_prompt("Now D + A = B .") == "D" and prompt_equation(" Now D + A = B . ") == "D + A = B"
     assert prompt_equation("Now B .") is None and read_prompt("hello") is None
     assert read_result("x\nSo A is 3 .\nSo B is 4 .") == ("B", 4) and read_result("So 2 + 3 = 5 .") is None
-    step = read_step("D + A = B , where A is 4 and B is 2 , so D + 4 = 2 , try each digit :\n1 + 4")
+    step = read_step("D + A = B , where A is 4 and B is 2 , so x + 4 = 2 , try each digit :\n1 + 4")
     assert step == Step("+", 4, {"A": 4, "B": 2}, 2, True)
     assert read_step("A + 1 = 5 , try each digit :") == Step("+", 1, {}, 5, True)
-    swapped = read_step("D + A = B , where A is 4 and B is 2 , so D + 2 = 4 , try each digit :")
+    swapped = read_step("D + A = B , where A is 4 and B is 2 , so x + 2 = 4 , try each digit :")
     assert swapped == Step("+", 2, {"A": 4, "B": 2}, 4, False)  # the digits restated in each other's place
-    assert read_step("C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :") == Step("*", 7, {"A": 6}, 6, True)
-    slip = read_step("C * 7 = A , where A is 6 , so C * 3 = 6 , try each digit :")
+    assert read_step("C * 7 = A , where A is 6 , so x * 7 = 6 , try each digit :") == Step("*", 7, {"A": 6}, 6, True)
+    slip = read_step("C * 7 = A , where A is 6 , so x * 3 = 6 , try each digit :")
     assert slip is not None and not slip.restated_right
     assert read_step("1 + 1 = 2 , no .") is None
     for bad in ("Find A , keeping only last digits .\nA + 1 = B .\nB + 1 = 2 .",   # read before it is defined
@@ -216,7 +216,7 @@ def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
             "B * 3 = 6 , try each digit :\nSo B is 3 .\n</execution_1.1>\n\n<execution_1.2>\n"
             "A + 1 = 5 , try each digit :\nSo A is 4 .\n</execution_1.2>\n</Execution_1>\n\n"
             "<Plan_2>\n<prompt_2.1> Now C + B = A . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
-            "C + B = A , where B is 3 and A is 4 , so C + 3 = 4 , try each digit :\nSo C is 1 .\n"
+            "C + B = A , where B is 3 and A is 4 , so x + 3 = 4 , try each digit :\nSo C is 1 .\n"
             "</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n\\boxed{ C is 1 }\n</Final_answer>")
     # 3 * 3 is 9, not 6: the executor's slip; the plan, and the copy of what it reported, are still right
     reading = read_plan({"id": "a", "question": question, "trajectory": good})

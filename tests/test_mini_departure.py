@@ -58,7 +58,7 @@ def test_a_runs_records_are_counted_by_kind(tmp_path: Path) -> None:
     lines = format_departures(seen)
     assert lines[0].endswith("of 5  the generator's trace, line for line")
     at = lines.index("   1 of 5  " + KINDS["lookup head"])
-    assert lines[at + 1].startswith("          e.g. want: C * 7 = A , where A is 6 , so C * 7 = 6")
+    assert lines[at + 1].startswith("          e.g. want: C * 7 = A , where A is 6 , so x * 7 = 6")
     assert lines[at + 2].endswith(" x")
 
 

@@ -265,7 +265,7 @@ def test_phrases_become_one_token_each(tmp_path: Path) -> None:
                               max_number=9, phrases=arithmetic.PHRASES)
     summary = make_tokenizer(cfg)
     fast = Tokenizer.from_file(str(tmp_path / "t" / "tokenizer.json"))
-    line = "C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :\n1 * 7 = 7 , no ."
+    line = "C * 7 = A , where A is 6 , so x * 7 = 6 , try each digit :\n1 * 7 = 7 , no ."
     assert fast.encode(line).tokens[:6] == ["C", " * 7 = A", "Ġ,", "Ġwhere", " A is", " 6"]
     assert " * 7 = 7" in fast.encode(line).tokens
     assert len(fast.encode(" + 9 = Z", add_special_tokens=False).ids) > 1  # seen once: not a phrase

@@ -25,13 +25,17 @@ the plan must read.
 
 The sequential trace works as R1 would: each round opens with the equations it can do now, copied from the
 question (`First A + 7 = 3 , B * 3 = 4 .`, later `Then C * 7 = A , D + A = B .`), then each subtask in turn
-(`Now C * 7 = A .`, copied from the opening; that equation restated with the digits it reads, looked up in the
-words of their results, `where A is 6`; the tries; `So C is 8 .`); a share of traces checks the last search
+(`Now C * 7 = A .`, copied from the opening; that equation with the digits it reads, looked up in the words of
+their results, `where A is 6 , so x * 7 = 6`; the tries; `So C is 8 .`); a share of traces checks the last search
 once more (R1's habit, the slack GRPO can remove); then the digits asked for are looked up the same way in the
 plan (`That is all : C is 8 and D is 2 .`), and the answer boxes those words (`\boxed{ C is 8 and D is 2 }`):
 each digit in it is again a lookup by name. Boxed bare (`\boxed{ 8 2 }`), SPRINT's final answer copied its
 digits by place from a closing twenty tokens up, and boxed other digits than its closing in 23 of 200 answers
 (docs/experiments.md, "Answers by name").
+
+The restated equation names no unknown (`so x * 7 = 6`, as the tries write it): restated under its own name
+(`so C * 7 = 6`), the name was where a later executor slipped to a sibling's, whose equation it then restated and
+searched, the one error left in SPRINT's searches (docs/experiments.md, "A restated equation without a name").
 
 Every step is a copy or a try, none a sum: an equation that reads two unknowns reads one as its constant
 (`D + A = B`, so `D + 6 = 8`), and several digits asked for are listed, not added. A model of this size
@@ -80,6 +84,7 @@ NEXT = "Then {equations} ."                              # each later round's op
 NOW = "Now {equation} ."                                 # a subtask's instruction, copied from its opening: the prompt
 HEAD = "{equation} , try each digit :"                   # an execution's first line
 READS = "{equation} , where {lookups} , so {restated}"  # ... for an equation that names unknowns
+RESTATED = "x {op} {k} = {t}"                            # that equation with the digits it read: the tries' own
 LOOKUP = "{name} is {value}"                            # a digit read by name: the same words as its result
 TRY = "{x} {op} {k} = {v} , want {t} , {verdict} ."     # verdict: yes for the one digit that fits, else no
 RESULT = "So {name} is {x} ."                           # a subtask's digit: `A is` occurs nowhere else
@@ -270,7 +275,7 @@ def work_lines(problem: Problem, node: Node) -> list[str]:
     name, equation = problem.name(node), problem.equation(node)
     if node.reads:
         lookups = " and ".join(LOOKUP.format(name=problem.name(r), value=r.value) for r in node.reads)
-        restated = DEFINITION.format(name=name, op=node.op, k=node.k, rhs=node.target)  # the digits for the names
+        restated = RESTATED.format(op=node.op, k=node.k, t=node.target)  # the digits for the names
         equation = READS.format(equation=equation, lookups=lookups, restated=restated)
     lines = [HEAD.format(equation=equation)]
     lines += [TRY.format(x=x, op=node.op, k=node.k, v=apply(x, node.op, node.k), t=node.target,
@@ -443,13 +448,13 @@ class Step:
     k: int
     reads: dict[str, int]
     target: int
-    restated_right: bool  # the restated equation keeps its name and holds the looked-up digits where it names them
+    restated_right: bool  # the restated equation keeps the operation and holds the looked-up digits where it names them
 
 
 _PROMPT = re.compile(r"^Now ([A-Z] [+*] [0-9A-Z] = [0-9A-Z]) \.$")
 _RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
 _HEAD = re.compile(r"^([A-Z]) ([+*]) (?:([0-9]) = ([0-9])|([0-9A-Z]) = ([A-Z]) , where ([A-Z] is [0-9](?: and [A-Z] is [0-9])*)"
-                   r" , so ([A-Z]) \2 ([0-9]) = ([0-9])) , try each digit :$", re.M)
+                   r" , so x ([+*]) ([0-9]) = ([0-9])) , try each digit :$", re.M)
 
 
 _EQUATION_LINE = re.compile(r"^[A-Z] [+*] [0-9A-Z] = [0-9A-Z](?= |$)", re.M)
@@ -509,8 +514,8 @@ def read_result(execution: str) -> tuple[str, int] | None:
 
 
 def read_step(execution: str) -> Step | None:
-    """An execution's first line (`C * 7 = A , where A is 6 , so C * 7 = 6 , try each digit :`; reading two,
-    `D + B = A , where B is 4 and A is 6 , so D + 4 = 6 , ...`); None when it has none."""
+    """An execution's first line (`C * 7 = A , where A is 6 , so x * 7 = 6 , try each digit :`; reading two,
+    `D + B = A , where B is 4 and A is 6 , so x + 4 = 6 , ...`); None when it has none."""
     match = _HEAD.search(execution)
     if not match:
         return None
@@ -520,4 +525,4 @@ def read_step(execution: str) -> Step | None:
     reads = {n: int(v) for n, v in re.findall(r"([A-Z]) is ([0-9])", match[7])}
     k, target = int(match[9]), int(match[10])
     want_k = reads.get(match[5]) if match[5].isalpha() else int(match[5])
-    return Step(op, k, reads, target, match[8] == match[1] and want_k == k and reads.get(match[6]) == target)
+    return Step(op, k, reads, target, match[8] == op and want_k == k and reads.get(match[6]) == target)

@@ -21,7 +21,7 @@ from sprint.mini.arithmetic import (DONE, OPENINGS, apply, copy_place, copy_plac
 
 # the first thing a search gets wrong, in the order it writes them (None: right to the end)
 HEAD, RESTATED, ORDER, OPERANDS, VALUE, VERDICT, RESULT = (
-    "no first line", "restated under another name or with other digits", "a try missing or out of order",
+    "no first line", "restated with another operation or other digits", "a try missing or out of order",
     "a try on another equation", "a try's sum or product", "a try's verdict", "the digit found is not the try that fit")
 ERRORS = (HEAD, RESTATED, ORDER, OPERANDS, VALUE, VERDICT, RESULT)
 _TRY = re.compile(r"^([0-9]) ([+*]) ([0-9]) = ([0-9]) , want ([0-9]) , (yes|no) \.$")
