@@ -38,7 +38,7 @@ The restated equation names no unknown (`so x * 7 = 6`, as the tries write it): 
 searched, the one error left in SPRINT's searches (docs/experiments.md, "A restated equation without a name").
 
 Every step is a copy or a try, none a sum: an equation that reads two unknowns reads one as its constant
-(`D + A = B`, so `D + 6 = 8`), and several digits asked for are listed, not added. A model of this size
+(`D + A = B`, so `x + 6 = 8`), and several digits asked for are listed, not added. A model of this size
 learned the tries and the copies but not sums of looked-up digits, which the equations and the answer once
 asked for (docs/experiments.md, "No sums").
 
