@@ -10,12 +10,12 @@ problem's ideal packing (`sprint.mini.fidelity`):
 
 - the structure varies with the problem: >= 3 distinct numbers of phases with prompts and of largest widths, no one
   shape on more than 40 % of the problems, and mean phases rising with the problem's depth;
-- well-formed on >= 85 % of the problems (measured: 100 %);
+- well-formed on >= 85 % of the problems (measured: 96 %);
 - the plan equals the ideal packing (the same subtasks in each phase) on >= 40 % of the problems, and on more than
   three times what the best fixed template scores. The names go round by round in the question, so a problem's
   ideal packing is fixed by its widths and a template that writes one shape scores that shape's share of the
-  problems (the commonest: 14 % of these 50). Measured at this size: 50 % (the budget of 300 RFT steps; 56 % before
-  the answer named its digits). With bare openings (`Then C , D .`) it was 50 %; with bare prompts too (`Now C .`,
+  problems (the commonest: 14 % of these 50). Measured at this size: 52 % (the budget of 300 RFT steps; 50 % with the
+  restated equation named, 56 % before the answer named its digits). With bare openings (`Then C , D .`) it was 50 %; with bare prompts too (`Now C .`,
   before prompts copied their equation, which so short a run learns only in part) 82 %, 86 % after 328 steps; the
   traces with sums before: 94 % after 312 steps, 86 % after 234, 28 % after 156: the plans form late in so short a
   run (docs/experiments.md, "The arithmetic task").
@@ -39,8 +39,8 @@ from tests.helpers import run_mini_demo
 pytestmark = [pytest.mark.vllm, pytest.mark.swift, pytest.mark.slow]
 
 N_TRAIN, N_TEST, MAX_STEPS = 2000, 50, 300  # SPRINT: the steps of as many tokens (sprint mini-steps)
-FIDELITY_FLOOR = 0.4  # measured 0.50 at this size; a fixed template scores its shape's share (0.14 here)
-WELL_FORMED_FLOOR = 0.85  # measured 1.00
+FIDELITY_FLOOR = 0.4  # measured 0.52 at this size; a fixed template scores its shape's share (0.14 here)
+WELL_FORMED_FLOOR = 0.85  # measured 0.96
 
 
 @pytest.fixture(scope="module")
