@@ -50,7 +50,7 @@ def test_same_options_same_bytes(data: Path, tmp_path: Path) -> None:
 
 
 def test_a_search_tries_every_digit() -> None:
-    problem = parse_problem(_question("Find C , keeping only last digits .", "Let A + 7 = 3 .", "Let B * 3 = A .", "Let C + B = A ."))
+    problem = parse_problem(_question("Find C , keeping only last digits .", "A + 7 = 3 .", "B * 3 = A .", "C + B = A ."))
     a, b, c = problem.order
     assert (a.value, b.value, c.value) == (6, 2, 4) and (b.target, c.k, c.target) == (6, 2, 6)
     lines = work_lines(problem, a)
@@ -60,8 +60,7 @@ def test_a_search_tries_every_digit() -> None:
     assert later[0] == "B * 3 = A , where A is 6 , so x * 3 = 6 , try each digit :"
     assert later[2] == "2 * 3 = 6 , want 6 , yes ." and later[-1] == "So B is 2 ."
     both = work_lines(problem, c)  # reading two unknowns, the first is the constant: a copy, no sum
-    assert both[0] == ("C + B = A , where B is 2 , so x + 2 = A , where A is 6 , so x + 2 = 6 , "
-                       "try each digit :")
+    assert both[0] == "C + B = A , where B is 2 and A is 6 , so x + 2 = 6 , try each digit :"
     assert both[4] == "4 + 2 = 6 , want 6 , yes ." and both[-1] == "So C is 4 ."
 
 
@@ -94,11 +93,11 @@ def _question(*lines: str) -> str:
 
 def test_the_equations_are_the_dag() -> None:
     """Independent subtasks share a round, a chain has one per round, and the question asks for the sinks."""
-    wide = parse_problem(_question("Find C , D , keeping only last digits .", "Let A + 1 = 5 .", "Let B * 3 = 6 .", "Let C + 2 = A .",
-                                   "Let D + B = A ."))
+    wide = parse_problem(_question("Find C , D , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + 2 = A .",
+                                   "D + B = A ."))
     assert Shape.of(wide).widths == (2, 2) and subtasks(wide) == [["A", "B"], ["C", "D"]]
     assert [n.value for n in wide.order] == [4, 2, 2, 2] and wide.answer == "C is 2 and D is 2"
-    chain = parse_problem(_question("Find C , keeping only last digits .", "Let A + 1 = 5 .", "Let B * 3 = A .", "Let C + 2 = B ."))
+    chain = parse_problem(_question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = A .", "C + 2 = B ."))
     assert Shape.of(chain).widths == (1, 1, 1) and subtasks(chain) == [["A"], ["B"], ["C"]]
     trace = make_trace(wide)
     assert trace.lines[:2] == ["First A + 1 = 5 , B * 3 = 6 .", "Now A + 1 = 5 ."]
@@ -141,27 +140,22 @@ def test_question_and_prompts_read_back() -> None:
     assert read_prompt("Now D + A = B .") == "D" and prompt_equation(" Now D + A = B . ") == "D + A = B"
     assert prompt_equation("Now B .") is None and read_prompt("hello") is None
     assert read_result("x\nSo A is 3 .\nSo B is 4 .") == ("B", 4) and read_result("So 2 + 3 = 5 .") is None
-    step = read_step("D + A = B , where A is 4 , so x + 4 = B , where B is 2 , so x + 4 = 2 , try each digit :\n1 + 4")
+    step = read_step("D + A = B , where A is 4 and B is 2 , so x + 4 = 2 , try each digit :\n1 + 4")
     assert step == Step("+", 4, {"A": 4, "B": 2}, 2, True)
-    other_order = read_step("D + A = B , where B is 2 , so x + A = 2 , where A is 4 , so x + 4 = 2 , try each digit :")
-    assert other_order == Step("+", 4, {"B": 2, "A": 4}, 2, True)  # a digit put in at a time, in either order
-    assert read_step("D + A = B , where A is 4 , so x + 4 = B , try each digit :") is None  # B still unread
     assert read_step("A + 1 = 5 , try each digit :") == Step("+", 1, {}, 5, True)
-    swapped = read_step("D + A = B , where A is 4 , so x + 4 = B , where B is 2 , so x + 2 = 4 , try each digit :")
+    swapped = read_step("D + A = B , where A is 4 and B is 2 , so x + 2 = 4 , try each digit :")
     assert swapped == Step("+", 2, {"A": 4, "B": 2}, 4, False)  # the digits restated in each other's place
-    early = read_step("D + A = B , where A is 4 , so x + 2 = B , where B is 2 , so x + 4 = 2 , try each digit :")
-    assert early is not None and not early.restated_right  # a digit put in before it was read
     assert read_step("C * 7 = A , where A is 6 , so x * 7 = 6 , try each digit :") == Step("*", 7, {"A": 6}, 6, True)
     slip = read_step("C * 7 = A , where A is 6 , so x * 3 = 6 , try each digit :")
     assert slip is not None and not slip.restated_right
     assert read_step("1 + 1 = 2 , no .") is None
-    for bad in ("Find A , keeping only last digits .\nLet A + 1 = B .\nLet B + 1 = 2 .",   # read before it is defined
-                "Find B , keeping only last digits .\nLet A + 1 = 5 .",              # asks for an unknown it lacks
-                "Find A , keeping only last digits .\nLet A * 5 = 5 .",              # several digits solve it
-                "Find A , keeping only last digits .\nLet A + 4 = 4 .",              # only 0, which no try reaches
-                "Find A , keeping only last digits .\nLet B + 1 = 5 .",              # not named in order
-                "Find B , keeping only last digits .\nLet A + 1 = 5 .\nLet B * A = A .",  # an unknown constant only adds
-                "Find B , keeping only last digits .\nLet A + 1 = 5 .\nLet B + A = A .",  # then x is 0
+    for bad in ("Find A , keeping only last digits .\nA + 1 = B .\nB + 1 = 2 .",   # read before it is defined
+                "Find B , keeping only last digits .\nA + 1 = 5 .",              # asks for an unknown it lacks
+                "Find A , keeping only last digits .\nA * 5 = 5 .",              # several digits solve it
+                "Find A , keeping only last digits .\nA + 4 = 4 .",              # only 0, which no try reaches
+                "Find A , keeping only last digits .\nB + 1 = 5 .",              # not named in order
+                "Find B , keeping only last digits .\nA + 1 = 5 .\nB * A = A .",  # an unknown constant only adds
+                "Find B , keeping only last digits .\nA + 1 = 5 .\nB + A = A .",  # then x is 0
                 "1 2 + 3 4"):
         with pytest.raises(ValueError):
             parse_problem(bad)
@@ -216,13 +210,13 @@ def test_stages_1_to_3_over_the_teacher_pack_the_ideal_plans(data: Path, tmp_pat
 
 
 def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
-    question = _question("Find C , keeping only last digits .", "Let A + 1 = 5 .", "Let B * 3 = 6 .", "Let C + B = A .")
+    question = _question("Find C , keeping only last digits .", "A + 1 = 5 .", "B * 3 = 6 .", "C + B = A .")
     good = ("<Question>\n" + question + "\n</Question>\n\n<Plan_1>\nFirst .\n\n<prompt_1.1> Now B * 3 = 6 . </prompt_1.1>"
             "\n\n<prompt_1.2> Now A + 1 = 5 . </prompt_1.2>\n</Plan_1>\n\n<Execution_1>\n<execution_1.1>\n"
             "B * 3 = 6 , try each digit :\nSo B is 3 .\n</execution_1.1>\n\n<execution_1.2>\n"
             "A + 1 = 5 , try each digit :\nSo A is 4 .\n</execution_1.2>\n</Execution_1>\n\n"
             "<Plan_2>\n<prompt_2.1> Now C + B = A . </prompt_2.1>\n</Plan_2>\n\n<Execution_2>\n<execution_2.1>\n"
-            "C + B = A , where B is 3 , so x + 3 = A , where A is 4 , so x + 3 = 4 , try each digit :\nSo C is 1 .\n"
+            "C + B = A , where B is 3 and A is 4 , so x + 3 = 4 , try each digit :\nSo C is 1 .\n"
             "</execution_2.1>\n</Execution_2>\n\n<Final_answer>\n\\boxed{ C is 1 }\n</Final_answer>")
     # 3 * 3 is 9, not 6: the executor's slip; the plan, and the copy of what it reported, are still right
     reading = read_plan({"id": "a", "question": question, "trajectory": good})
@@ -235,7 +229,7 @@ def test_fidelity_tells_a_wrong_plan_from_a_wrong_search() -> None:
     assert swapped.prompts == reading.prompts == reading.heads  # the executor miscopied its prompt, not the planner
     planner = read_plan({"id": "f", "question": question, "trajectory": good.replace("Now C + B = A", "Now C + A = B")})
     assert planner and planner.prompts[2] == ("later rounds, first", False) and planner.heads == reading.heads
-    miscopied = good.replace("where B is 3 , so x + 3 = A", "where B is 2 , so x + 2 = A")
+    miscopied = good.replace("where B is 3 and A is 4", "where B is 2 and A is 4")
     reading = read_plan({"id": "b", "question": question, "trajectory": miscopied})
     assert reading and reading.matches and (reading.uses, reading.copied) == (2, 1)
     serial = good.replace("<prompt_1.2> Now A + 1 = 5 . </prompt_1.2>", "")

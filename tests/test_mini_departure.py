@@ -11,7 +11,7 @@ from sprint.mini.arithmetic import DrawConfig, draw_problem, make_trace, parse_p
 from sprint.mini.departure import (KINDS, RIGHT, UNREAD, departures, first_departure, format_departures, head_copies,
                                    kind_of, rft_head_copies)
 
-QUESTION = "Find C , D , keeping only last digits .\nLet A + 7 = 3 .\nLet B * 3 = 4 .\nLet C * 7 = A .\nLet D + B = A ."
+QUESTION = "Find C , D , keeping only last digits .\nA + 7 = 3 .\nB * 3 = 4 .\nC * 7 = A .\nD + B = A ."
 
 
 def generation(lines: list[str]) -> str:

@@ -11,7 +11,7 @@ from sprint.mini.arithmetic import DrawConfig, draw_problem, make_trace, parse_p
 from sprint.mini.searches import (HEAD, OPERANDS, ORDER, RESTATED, RESULT, VALUE, VERDICT, search_error,
                                   sequential_search_errors, sequential_works, tally_errors)
 
-QUESTION = "Find C , D , keeping only last digits .\nLet A + 7 = 3 .\nLet B * 3 = 4 .\nLet C * 7 = A .\nLet D + B = A ."
+QUESTION = "Find C , D , keeping only last digits .\nA + 7 = 3 .\nB * 3 = 4 .\nC * 7 = A .\nD + B = A ."
 
 
 def test_the_generators_searches_have_no_error() -> None:
@@ -26,7 +26,7 @@ def test_each_slip_is_named_where_it_first_occurs() -> None:
     problem = parse_problem(QUESTION)
     d = problem.order[3]  # D + B = A: B is 8, A is 6, so x + 8 = 6 and D is 8
     lines = work_lines(problem, d)
-    assert lines[0] == "D + B = A , where B is 8 , so x + 8 = A , where A is 6 , so x + 8 = 6 , try each digit :"
+    assert lines[0] == "D + B = A , where B is 8 and A is 6 , so x + 8 = 6 , try each digit :"
     assert lines[8] == "8 + 8 = 6 , want 6 , yes ." and lines[-1] == "So D is 8 ."
 
     def slip(i: int, old: str, new: str) -> str | None:
@@ -36,7 +36,6 @@ def test_each_slip_is_named_where_it_first_occurs() -> None:
     assert slip(0, "D + B = A , where", "the digit D , where") == HEAD
     assert slip(0, "so x + 8 = 6", "so x + 8 = 5") == RESTATED
     assert slip(0, "so x + 8 = 6", "so x * 3 = 6") == RESTATED  # another equation's operation
-    assert slip(0, "so x + 8 = A", "so x + 6 = A") == RESTATED  # the first digit read put in wrong
     assert slip(3, "3 + 8", "4 + 8") == ORDER
     assert search_error("\n".join(lines[:5] + lines[6:])) == ORDER  # a try left out
     assert slip(3, "3 + 8 = 1", "3 * 8 = 1") == OPERANDS

@@ -79,13 +79,12 @@ from sprint.mini.problems import MiniDataConfig, ProblemRows
 
 QUESTION = "Find {goal} , keeping only last digits ."  # goal: the names asked for, `C , D`
 DEFINITION = "{name} {op} {k} = {rhs}"                  # an equation, as the question and its execution write it
-GIVEN = "Let {equation} ."                               # a question's line: the name after a word, as the plan copies it
 FIRST = "First {equations} ."                            # round 1's opening (what needs only numbers): the plan
 NEXT = "Then {equations} ."                              # each later round's opening (what needs those)
 NOW = "Now {equation} ."                                 # a subtask's instruction, copied from its opening: the prompt
 HEAD = "{equation} , try each digit :"                   # an execution's first line
-READS = " , where {lookup} , so {restated}"              # after an equation that names unknowns, for each in turn
-RESTATED = "x {op} {k} = {t}"                            # the equation with the digits read so far: the tries' own
+READS = "{equation} , where {lookups} , so {restated}"  # ... for an equation that names unknowns
+RESTATED = "x {op} {k} = {t}"                            # that equation with the digits it read: the tries' own
 LOOKUP = "{name} is {value}"                            # a digit read by name: the same words as its result
 TRY = "{x} {op} {k} = {v} , want {t} , {verdict} ."     # verdict: yes for the one digit that fits, else no
 RESULT = "So {name} is {x} ."                           # a subtask's digit: `A is` occurs nowhere else
@@ -167,7 +166,7 @@ class Problem:
     @property
     def question(self) -> str:
         goal = " , ".join(self.name(n) for n in self.goal)
-        return "\n".join([QUESTION.format(goal=goal), *(GIVEN.format(equation=self.equation(n)) for n in self.order)])
+        return "\n".join([QUESTION.format(goal=goal), *(f"{self.equation(n)} ." for n in self.order)])
 
 
 # ------------------------------------------------------------------------------ problems
@@ -274,11 +273,10 @@ def work_lines(problem: Problem, node: Node) -> list[str]:
     """The execution of a subtask: its equation restated with the digits it reads, then one line a try for
     every digit 1-9 (all of them, to be sure only one fits), then the digit under its name."""
     name, equation = problem.name(node), problem.equation(node)
-    k, t = equation.split(" ")[2::2]  # the constant and the right side as the question writes them
-    for i, read in enumerate(node.reads):  # reading two, the constant's digit first: one digit put in at a time
-        k, t = (read.value, t) if i < len(node.reads) - 1 else (k, read.value)
-        equation += READS.format(lookup=LOOKUP.format(name=problem.name(read), value=read.value),
-                                 restated=RESTATED.format(op=node.op, k=k, t=t))
+    if node.reads:
+        lookups = " and ".join(LOOKUP.format(name=problem.name(r), value=r.value) for r in node.reads)
+        restated = RESTATED.format(op=node.op, k=node.k, t=node.target)  # the digits for the names
+        equation = READS.format(equation=equation, lookups=lookups, restated=restated)
     lines = [HEAD.format(equation=equation)]
     lines += [TRY.format(x=x, op=node.op, k=node.k, v=apply(x, node.op, node.k), t=node.target,
                          verdict="yes" if x == node.value else "no") for x in range(1, 10)]
@@ -411,7 +409,7 @@ def arithmetic_rows(cfg: MiniDataConfig) -> ProblemRows:
 # ------------------------------------------------------------------------------ reading problems back
 
 _GOAL = re.compile(r"^Find ([A-Z](?: , [A-Z])*) , keeping only last digits \.$")
-_EQUATION = re.compile(r"^Let ([A-Z]) (?:([+*]) ([0-9]) = ([0-9A-Z])|(\+) ([A-Z]) = ([A-Z])) \.$")
+_EQUATION = re.compile(r"^([A-Z]) (?:([+*]) ([0-9]) = ([0-9A-Z])|(\+) ([A-Z]) = ([A-Z])) \.$")
 
 
 def parse_problem(text: str) -> Problem:
@@ -455,9 +453,8 @@ class Step:
 
 _PROMPT = re.compile(r"^Now ([A-Z] [+*] [0-9A-Z] = [0-9A-Z]) \.$")
 _RESULT = re.compile(r"^So ([A-Z]) is ([0-9]) \.$", re.M)
-_HEAD = re.compile(r"^([A-Z]) ([+*]) (?:([0-9]) = ([0-9])|([0-9A-Z]) = ([A-Z])((?: , where [A-Z] is [0-9] , so x [+*] [0-9A-Z] = "
-                   r"[0-9A-Z])+)) , try each digit :$", re.M)
-_READ = re.compile(r" , where ([A-Z]) is ([0-9]) , so x ([+*]) ([0-9A-Z]) = ([0-9A-Z])")
+_HEAD = re.compile(r"^([A-Z]) ([+*]) (?:([0-9]) = ([0-9])|([0-9A-Z]) = ([A-Z]) , where ([A-Z] is [0-9](?: and [A-Z] is [0-9])*)"
+                   r" , so x ([+*]) ([0-9]) = ([0-9])) , try each digit :$", re.M)
 
 
 _EQUATION_LINE = re.compile(r"^[A-Z] [+*] [0-9A-Z] = [0-9A-Z](?= |$)", re.M)
@@ -518,19 +515,14 @@ def read_result(execution: str) -> tuple[str, int] | None:
 
 def read_step(execution: str) -> Step | None:
     """An execution's first line (`C * 7 = A , where A is 6 , so x * 7 = 6 , try each digit :`; reading two,
-    `D + B = A , where B is 4 , so x + 4 = A , where A is 6 , so x + 4 = 6 , ...`); None when it has none or its
-    last restatement still names an unknown (no equation to search)."""
+    `D + B = A , where B is 4 and A is 6 , so x + 4 = 6 , ...`); None when it has none."""
     match = _HEAD.search(execution)
     if not match:
         return None
     op = match[2]
     if match[3] is not None:
         return Step(op, int(match[3]), {}, int(match[4]), True)
-    reads = _READ.findall(match[7])
-    if not (reads[-1][3] + reads[-1][4]).isdigit():
-        return None
-    want, right = [match[5], match[6]], True  # each restatement: the one before with the digit just read put in
-    for name, value, written_op, *written in reads:
-        want = [value if v == name else v for v in want]
-        right &= written_op == op and written == want
-    return Step(op, int(reads[-1][3]), {n: int(v) for n, v, *_ in reads}, int(reads[-1][4]), right)
+    reads = {n: int(v) for n, v in re.findall(r"([A-Z]) is ([0-9])", match[7])}
+    k, target = int(match[9]), int(match[10])
+    want_k = reads.get(match[5]) if match[5].isalpha() else int(match[5])
+    return Step(op, k, reads, target, match[8] == op and want_k == k and reads.get(match[6]) == target)
