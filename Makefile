@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 
-.PHONY: install install-vllm install-swift install-rl test test-fast wheel-smoke demo demo-grpo demo-sample bench clean
+.PHONY: install install-vllm install-swift install-rl test test-fast wheel-smoke demo demo-grpo demo-countdown demo-sample bench clean
 
 install: $(VENV)/.installed
 # flock: an editable install writes sprint.egg-info into the checkout, and scripts/install_rl.sh's does too
@@ -42,7 +42,8 @@ wheel-smoke: install
 	bash scripts/wheel_smoke.sh
 
 # The main job: the paper's experiment in miniature on one CPU, models trained here from random
-# weights (scripts/mini_demo.sh; README "The experiment in miniature"; outputs/mini).
+# weights, on problems whose subtasks form a different DAG each time (scripts/mini_demo.sh; README
+# "The experiment in miniature"; outputs/mini).
 demo: install install-vllm install-swift
 	bash scripts/mini_demo.sh
 
@@ -51,8 +52,14 @@ demo: install install-vllm install-swift
 demo-grpo: install install-vllm install-swift install-rl
 	REUSE=1 GRPO_STEPS=$${GRPO_STEPS:-30} bash scripts/mini_demo.sh
 
+# The same on Countdown, whose problems all decompose one way (README "The Countdown task";
+# outputs/countdown).
+demo-countdown: install install-vllm install-swift
+	TASK=countdown DEMO_DIR=$${DEMO_DIR:-outputs/countdown} bash scripts/mini_demo.sh
+
 # Every hand-off between stages on a small bundled MATH-500 sample, in a few minutes (scripts/demo.sh;
-# outputs/demo). CI runs this one; the miniature runs there at CI size (tests/test_mini_learns.py).
+# outputs/demo). CI runs this one; the miniature runs there at CI size (tests/test_mini_plans.py,
+# tests/test_mini_learns.py).
 demo-sample: install install-vllm install-swift
 	bash scripts/demo.sh
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The paper's experiment in miniature, on one CPU (`make demo`; README "The experiment in miniature").
 #
-#   0. problems and R1-style traces (`sprint mini-data --task TASK`: Countdown's planned searches, or arithmetic
-#      digit equations whose dependencies form a different DAG each time, each solved by trying every
-#      digit), held-out problems;
+#   0. problems and R1-style traces (`sprint mini-data --task TASK`: digit equations whose dependencies form a
+#      different DAG each time, each solved by trying every digit; or Countdown's planned searches, one shape
+#      for every problem, make demo-countdown), held-out problems;
 #   1-2. component separation and DAG creation over the OpenAI protocol, answered by a deterministic
 #        stand-in for GPT-4o (`sprint teacher-server`: the generator's own components and DAG) —
 #        or by a real model when SERVER_URL and MODEL are set;
@@ -23,7 +23,8 @@
 #      quartile of RFT's length, report.md, table2.json; `view`: the HTML site; `sprint mini-summary`: the closing
 #      summary (arithmetic: the learned plans against each problem's ideal packing, Figures 5 and 6 beside it).
 # Every stage folder is made afresh from the regenerated data (a stage would refuse records made from
-# other rows anyway). RFT=0 SCHEDULES=stream HIGH=4 ... is the CI-sized variant (tests/test_mini_learns.py).
+# other rows anyway). RFT=0 SCHEDULES=stream BASE_STEPS=0 ... is the CI-sized variant (tests/test_mini_plans.py;
+# Countdown's, TASK=countdown HIGH=4 ...: tests/test_mini_learns.py).
 # Outputs stay in OUT (default outputs/mini): the tokenizer in OUT/tokenizer, the checkpoints in
 # OUT/base-model, OUT/sprint-model, OUT/rft-model (and OUT/grpo-model), so the same commands can be pointed
 # at other problems. REUSE=1 keeps models and measured runs already there (a run stopped midway goes on).
@@ -33,8 +34,9 @@ cd "$(dirname "$0")/.."
 OUT="${DEMO_DIR:-outputs/mini}"
 PY="${PYTHON:-.venv/bin/python}"
 SPRINT_BIN="${SPRINT_BIN:-.venv/bin/sprint}"
-TASK="${TASK:-countdown}"                # arithmetic: digit equations whose dependencies form a different DAG each time;
-                                         # countdown: three numbers and a target (sprint mini-data --task)
+TASK="${TASK:-arithmetic}"               # arithmetic: digit equations whose dependencies form a different DAG each time;
+                                         # countdown: three numbers and a target, one shape (make demo-countdown)
+ARITHMETIC=$([[ "$TASK" == arithmetic ]] && echo 1 || echo 0)
 MAX_ROUNDS="${MAX_ROUNDS:-3}"            # arithmetic: most rounds of subtasks; MAX_WIDTH: most subtasks in one round
 MAX_WIDTH="${MAX_WIDTH:-4}"
 BEYOND="${BEYOND:-0}"                    # arithmetic: held-out problems one round deeper or wider than training (reported)
@@ -44,24 +46,26 @@ HIGH="${HIGH:-6}"                        # countdown: numbers 1..HIGH (sprint mi
 # pack's parallelism filter (executions / phases, the final plan-only phase counted): 1.5 (the paper's) keeps
 # Countdown's three searches; it would drop every arithmetic chain and most two-round problems, which the held-out
 # problems hold as often as training does, so the arithmetic task keeps every trace (0) and both models see them
-THRESHOLD="${THRESHOLD:-$([[ "$TASK" == arithmetic ]] && echo 0 || echo 1.5)}"
+THRESHOLD="${THRESHOLD:-$( (( ARITHMETIC )) && echo 0 || echo 1.5)}"
 N_TEST="${N_TEST:-200}"                  # held-out problems (Table 2 over >= 200)
 N_TRAIN="${N_TRAIN:-0}"                  # training traces (0: the task's default, sprint mini-data --n-train)
-BASE_STEPS="${BASE_STEPS:-500}"          # the base reasoner's steps on the sequential traces (the miniature's R1-Distill); 0: none;
-                                         # 800 and 500 both left SPRINT within 2 points of RFT (docs/experiments.md, "Budget")
-MAX_STEPS="${MAX_STEPS:-1000}"           # RFT's fine-tuning steps from the base (batch 16); SPRINT gets as many tokens (sprint mini-steps);
-                                         # 750 left SPRINT 6 points behind RFT, 1000 2 points (docs/experiments.md, "Budget")
+# the base reasoner's steps on the sequential traces (the miniature's R1-Distill; 0: none), then RFT's fine-tuning steps
+# from it (batch 16; SPRINT gets as many tokens, sprint mini-steps). Arithmetic: 2000 + 1000 met every accuracy target;
+# 1400 + 600 left SPRINT 9 points behind RFT, 700 + 400 RFT at 28 % (docs/experiments.md, "The arithmetic task");
+# Countdown: 500 + 1000, where 750 fine-tuning steps left SPRINT 6 points behind RFT (docs/experiments.md, "Budget")
+BASE_STEPS="${BASE_STEPS:-$( (( ARITHMETIC )) && echo 2000 || echo 500)}"
+MAX_STEPS="${MAX_STEPS:-1000}"
 FT_LR="${FT_LR:-5e-4}"                   # both fine-tunes' learning rate (the base's, from random weights: the recipe's 3e-3)
 SIDE_BY_SIDE="${SIDE_BY_SIDE:-1}"        # 1: the SPRINT and RFT fine-tunes run at once, one thread each (0: one after the other, two threads)
 # executor-view rows: the view each schedule sends (barrier: the whole plan; stream: the plan up to the prompt); the
 # arithmetic task's are distinct: each view once, none the packed row holds, so one token budget passes over its
 # plans 1.7 times as often (docs/experiments.md, "Each view once")
-EXECUTOR_ROWS="${EXECUTOR_ROWS:-$([[ "$TASK" == arithmetic ]] && echo distinct || echo both)}"
+EXECUTOR_ROWS="${EXECUTOR_ROWS:-$( (( ARITHMETIC )) && echo distinct || echo both)}"
 TIMED="${TIMED:-50}"                     # the first held-out problems, run one at a time: the seconds column (latency)
 PROBLEM_WORKERS="${PROBLEM_WORKERS:-8}"  # problems in flight after them (answers and tokens only), the same for every method
 WARMUP="${WARMUP:-4}"                    # problems run first on a fresh server, one at a time, and thrown away
 SCHEDULES="${SCHEDULES:-barrier stream}" # SPRINT's schedules to run
-RFT="${RFT:-1}"                          # 0: SPRINT only (the CI-sized variant, tests/test_mini_learns.py)
+RFT="${RFT:-1}"                          # 0: SPRINT only (the CI-sized variants, tests/test_mini_plans.py and test_mini_learns.py)
 GRPO_STEPS="${GRPO_STEPS:-0}"            # latency-aware GRPO steps from the SPRINT model (2 problems x 8 rollouts each; make demo-grpo); 0: none
 RECHECK_SHARE="${RECHECK_SHARE:-0.25}"   # share of traces that check the answer twice (R1's habit): the latency slack GRPO can remove
 SAMPLE_SEEDS="${SAMPLE_SEEDS:-0 1 2}"    # with GRPO: held-out draws per problem, before and after, at GRPO's temperature
@@ -122,12 +126,12 @@ step "4a. the project's own tokenizer and one random-init model"
 # arithmetic: its plans cite several results at once (execution names), and each equation's right part (` * 3 = 1`)
 # is one token (sprint.mini.arithmetic.PHRASES): the base then copies its equations from the question by step 800
 # where, three tokens each, it had not by 1,500 in most orders (docs/experiments.md, "Digit equations")
-TOKEN_ARGS=(); if [[ "$TASK" == arithmetic ]]; then
+TOKEN_ARGS=(); if (( ARITHMETIC )); then
   TOKEN_ARGS=(--execution-names --phrases "$("$PY" -c 'from sprint.mini.arithmetic import PHRASES; print(PHRASES)')"); fi
 # numbers 0..N are one token each: no Countdown problem writes one above HIGH^3 (three numbers multiplied), the
 # arithmetic task none above 9, and the default N=999 would add hundreds of tokens that no trace holds, whose share
 # of the output layer costs 8 % of a step
-MAX_NUMBER=$([[ "$TASK" == arithmetic ]] && echo 9 || echo $(( HIGH ** 3 )))
+MAX_NUMBER=$( (( ARITHMETIC )) && echo 9 || echo $(( HIGH ** 3 )))
 "$SPRINT_BIN" mini-tokenizer "$OUT/data/corpus.jsonl" --out "$OUT/tokenizer" --extra-text "$OUT/sft/train.jsonl" \
   "${TOKEN_ARGS[@]}" --max-number "$MAX_NUMBER"
 "$SPRINT_BIN" mini-model "$OUT/tokenizer" --out "$OUT/init" --hidden-size "$HIDDEN" --num-layers "$LAYERS" \

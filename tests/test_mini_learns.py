@@ -1,6 +1,6 @@
-"""The mini experiment, CI-sized: a SPRINT model learned from random weights on this CPU.
+"""The Countdown miniature, CI-sized: a SPRINT model learned from random weights on this CPU.
 
-`scripts/mini_demo.sh` (the main job) with a smaller task: numbers 1..4 (569 problems), 50 held out,
+`scripts/mini_demo.sh` with TASK=countdown (`make demo-countdown`) and a smaller task: numbers 1..4 (569 problems), 50 held out,
 SPRINT only (RFT=0), the stream schedule, fewer steps, straight from the random init (BASE_STEPS=0:
 a base reasoner as short as CI allows learns nothing it could pass on). Every stage runs for real:
 the generator, the stand-in teacher over HTTP, stages 1-2, pack, the project's tokenizer, `swift
@@ -22,7 +22,7 @@ format, the parallel plan and nearly every single step, but a whole search only 
 not to copy the question's numbers (measured: 16 % and 4 % of the 50 held-out problems in two runs,
 about the 15 % a well-formed random candidate expression scores, `chance_accuracy`; 37 and 18 of 150
 executions exactly right; a base of 150 steps plus a 5e-4 fine-tune gave 0 % and a malformed plan). Accuracy against
-RFT is what `make demo` measures (README, "The experiment in miniature").
+RFT is what `make demo-countdown` measures (README, "The Countdown task").
 
 Then a short latency-aware GRPO run from that model (`sprint grpo --cpu`, the demo's recipe cut
 to GRPO_STEPS steps): rewards differ within a group (non-zero advantages) and the weights move.
@@ -108,7 +108,7 @@ def test_a_sprint_model_trained_from_scratch_writes_parallel_plans_and_runs_them
     print("\n".join(format_diagnosis(diagnose(run))))
     assert steps.steps >= 2 * N_TEST, steps  # result lines were written (about 34 steps a problem)
     assert steps.share >= ARITHMETIC_FLOOR and steps.share > 3 * steps.chance, steps
-    assert 0.1 < chance < 0.2  # the floor `make demo` reads its accuracies against
+    assert 0.1 < chance < 0.2  # the floor `make demo-countdown` reads its accuracies against
     # the table the main job ends with, for scripts: one row, every column a number
     table = json.loads((mini_run / "evaluation" / "table2.json").read_text())
     rows = {r["method"]: r for r in table["rows"]}

@@ -22,8 +22,8 @@ class MiniDataConfig:
 
     out: str = option(help="output folder (train_traces.jsonl, test.jsonl, teacher.jsonl, corpus.jsonl)",
                       flags=("--out",), var="OUT_DIR")
-    task: str = option("countdown", "countdown: three numbers and a target, always three pair searches (make demo's "
-                       "task); arithmetic: digit equations whose dependencies form a different DAG each time",
+    task: str = option("arithmetic", "arithmetic: digit equations whose dependencies form a different DAG each time "
+                       "(make demo's task); countdown: three numbers and a target, always three pair searches",
                        choices=TASKS, var="TASK")
     n_test: int = option(200, "held-out problems, drawn like the training ones and never trained on", var="N_TEST")
     n_train: int = option(0, "training traces (0: the task's default: arithmetic 4,000; countdown every other "

@@ -134,7 +134,7 @@ def cell(measure: dict | None, fmt: str) -> str:
     return f"{text} [{format(ci[0], fmt)}, {format(ci[1], fmt)}]" if ci else text
 
 
-def print_summary(out: str, task: str = "countdown") -> int:
+def print_summary(out: str, task: str = "arithmetic") -> int:
     root = Path(out)
     table = json.loads((root / "evaluation" / "table2.json").read_text())
     rows = {r["method"]: r for r in table["rows"]}
@@ -190,7 +190,7 @@ class MiniSummaryConfig:
     """`sprint mini-summary`: the closing summary of a mini experiment folder."""
 
     out: str = option("outputs/mini", "the mini experiment's folder (DEMO_DIR of scripts/mini_demo.sh)", flags=("out",))
-    task: str = option("countdown", "the task the folder's problems are of (sprint mini-data --task)", choices=TASKS)
+    task: str = option("arithmetic", "the task the folder's problems are of (sprint mini-data --task)", choices=TASKS)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
