@@ -139,7 +139,8 @@ def run_mini_demo(out: Path, settings: dict[str, str], *, timeout: int, label: s
     started = time.monotonic()
     done = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "mini_demo.sh")], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
-    print(f"{label} took {time.monotonic() - started:.0f} s")
+    print(f"{label} took {time.monotonic() - started:.0f} s; its steps began at:")
+    print("\n".join(line for line in done.stdout.splitlines() if line.startswith("=== [")))
     if done.returncode != 0:
         pytest.fail(f"scripts/mini_demo.sh failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
     print(done.stdout[-3000:])
