@@ -1,11 +1,11 @@
 """The Countdown miniature, CI-sized: a SPRINT model learned from random weights on this CPU.
 
-`scripts/mini_demo.sh` with TASK=countdown (`make demo-countdown`) and a smaller task: numbers 1..4 (569 problems), 50 held out,
-SPRINT only (RFT=0), the stream schedule, fewer steps, straight from the random init (BASE_STEPS=0:
-a base reasoner as short as CI allows learns nothing it could pass on). Every stage runs for real:
-the generator, the stand-in teacher over HTTP, stages 1-2, pack, the project's tokenizer, `swift
-sft`, vLLM, `orchestrate`, `evaluate`, `view`. What is asserted is what the model learned on
-held-out problems, not that commands exit 0:
+`scripts/mini_demo.sh` with TASK=countdown (`make demo-countdown`) and a smaller task: numbers 1..4
+(569 problems), 50 held out, SPRINT only (RFT=0), the stream schedule, fewer steps, straight from the
+random init (BASE_STEPS=0: a base reasoner as short as CI allows learns nothing it could pass on).
+Every stage runs for real: the generator, the stand-in teacher over HTTP, stages 1-2, pack, the
+project's tokenizer, `swift sft`, vLLM, `orchestrate`, `evaluate`, `view`. What is asserted is what
+the model learned on held-out problems, not that commands exit 0:
 
 - well-formed trajectories (strict parse, with a final answer) for >= 90 % of held-out problems;
 - >= 80 % of those with a phase of >= 2 prompts, and in >= 80 % of the problems >= 2 executor

@@ -134,7 +134,7 @@ def cell(measure: dict | None, fmt: str) -> str:
     return f"{text} [{format(ci[0], fmt)}, {format(ci[1], fmt)}]" if ci else text
 
 
-def print_summary(out: str, task: str = "arithmetic") -> int:
+def print_summary(out: str, task: str) -> int:
     root = Path(out)
     table = json.loads((root / "evaluation" / "table2.json").read_text())
     rows = {r["method"]: r for r in table["rows"]}
