@@ -17,8 +17,13 @@ from pathlib import Path
 import pytest
 
 from sprint.core.data import iter_jsonl
+from sprint.core.errors import UserError
 from sprint.llm.serve import default_python, free_port
 from sprint.mini.countdown import ANSWER, CHECK, INTRO, branches, make_trace, search
+from sprint.mini.generate import write_mini_data
+from sprint.mini.model import MiniModelConfig, make_model, torch_python
+from sprint.mini.problems import MiniDataConfig
+from sprint.mini.tokenizer import MiniTokenizerConfig, make_tokenizer
 from sprint.training.finetune import default_swift_bin, swift_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +130,22 @@ def teacher_stages(data: Path, n: int, out: Path, *pack_args: str) -> tuple[list
                             capture_output=True, text=True)
     assert packed.returncode == 0, packed.stderr
     return rows, list(iter_jsonl(out / "p" / "records.jsonl"))
+
+
+def tiny_arithmetic(folder: Path, *, n_test: int, n_train: int, phrases: str = "") -> Path:
+    """Arithmetic problems (seed 5) in folder/data, the project's tokenizer of them in folder/tok and a one-layer
+    random-init model in folder/init, for the probe scripts run with a torch Python; returns that Python (skips
+    the calling test where there is none)."""
+    try:
+        python = torch_python()
+    except UserError as exc:
+        pytest.skip(str(exc))
+    write_mini_data(MiniDataConfig(out=str(folder / "data"), task="arithmetic", n_test=n_test, n_train=n_train, seed=5))
+    make_tokenizer(MiniTokenizerConfig(corpus=[str(folder / "data" / "corpus.jsonl")], out=str(folder / "tok"),
+                                       max_number=9, phrases=phrases))
+    make_model(MiniModelConfig(tokenizer=str(folder / "tok"), out=str(folder / "init"), hidden_size=32,
+                               num_layers=1, num_heads=1, num_kv_heads=1, intermediate_size=64, seed=1))
+    return python
 
 
 def run_mini_demo(out: Path, settings: dict[str, str], *, timeout: int, label: str) -> Path:

@@ -12,12 +12,8 @@ from pathlib import Path
 import pytest
 
 from sprint.core.data import iter_jsonl
-from sprint.core.errors import UserError
 from sprint.mini.arithmetic import PHRASES
-from sprint.mini.generate import write_mini_data
-from sprint.mini.model import MiniModelConfig, make_model, torch_python
-from sprint.mini.problems import MiniDataConfig
-from sprint.mini.tokenizer import MiniTokenizerConfig, make_tokenizer
+from tests.helpers import tiny_arithmetic
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "base_accuracy.py"
 
@@ -25,15 +21,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "base_accuracy.py"
 @pytest.mark.swift
 @pytest.mark.slow
 def test_every_problem_is_generated_and_counted_by_its_rounds(tmp_path: Path) -> None:
-    try:
-        python = torch_python()
-    except UserError as exc:
-        pytest.skip(str(exc))
-    write_mini_data(MiniDataConfig(out=str(tmp_path / "data"), task="arithmetic", n_test=7, n_train=60, seed=5))
-    make_tokenizer(MiniTokenizerConfig(corpus=[str(tmp_path / "data" / "corpus.jsonl")], out=str(tmp_path / "tok"),
-                                       max_number=9, phrases=PHRASES))
-    make_model(MiniModelConfig(tokenizer=str(tmp_path / "tok"), out=str(tmp_path / "init"), hidden_size=32,
-                               num_layers=1, num_heads=1, num_kv_heads=1, intermediate_size=64, seed=1))
+    python = tiny_arithmetic(tmp_path, n_test=7, n_train=60, phrases=PHRASES)
     done = subprocess.run([str(python), str(SCRIPT), str(tmp_path / "init"), str(tmp_path / "tok"),
                            str(tmp_path / "data" / "test.jsonl"), "--n", "6", "--batch", "4", "--max-new-tokens", "8"],
                           capture_output=True, text=True, timeout=600)

@@ -11,15 +11,11 @@ from pathlib import Path
 import pytest
 
 from sprint.core.data import iter_jsonl
-from sprint.core.errors import UserError
 from sprint.curation.sft_rows import executor_rows, sequential_example
 from sprint.format.prompt_format import sft_user_content
 from sprint.mini.arithmetic import PHRASES
-from sprint.mini.generate import write_mini_data
 from sprint.mini.ideal import ideal_trajectory
-from sprint.mini.model import MiniModelConfig, make_model, torch_python
-from sprint.mini.problems import MiniDataConfig
-from sprint.mini.tokenizer import MiniTokenizerConfig, make_tokenizer
+from tests.helpers import tiny_arithmetic
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "head_copy.py"
 
@@ -29,15 +25,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "head_copy.py"
 @pytest.mark.parametrize("phrases", ["", PHRASES], ids=["three-tokens", "one-token"])
 def test_every_head_is_read_and_the_loop_trains(tmp_path: Path, phrases: str) -> None:
     """Every head is found whether its equation's right part is three tokens (`* 3 = 1`) or one."""
-    try:
-        python = torch_python()
-    except UserError as exc:
-        pytest.skip(str(exc))
-    write_mini_data(MiniDataConfig(out=str(tmp_path / "data"), task="arithmetic", n_test=4, n_train=120, seed=5))
-    make_tokenizer(MiniTokenizerConfig(corpus=[str(tmp_path / "data" / "corpus.jsonl")], out=str(tmp_path / "tok"),
-                                       max_number=9, phrases=phrases))
-    make_model(MiniModelConfig(tokenizer=str(tmp_path / "tok"), out=str(tmp_path / "init"), hidden_size=32,
-                               num_layers=1, num_heads=1, num_kv_heads=1, intermediate_size=64, seed=1))
+    python = tiny_arithmetic(tmp_path, n_test=4, n_train=120, phrases=phrases)
     traces = list(iter_jsonl(tmp_path / "data" / "train_traces.jsonl"))
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps(sequential_example(sft_user_content("", t["question"]), t["id"], t["thought"],
