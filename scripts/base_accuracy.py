@@ -3,7 +3,9 @@
 A probe for comparing base reasoners trained under other settings without a server (docs/experiments.md, "Where the
 base's time goes"): transformers' greedy `generate`, a batch of problems at a time, each graded by its boxed answer
 against the gold of OUT/data/test.jsonl, and counted by the problem's number of rounds. The pipeline measures its
-models on vLLM (`run_baseline_evaluation.sh`); this reads the same prompt (ChatML, the question in its tags).
+models on vLLM (`run_baseline_evaluation.sh`); this reads the same prompt (ChatML, the question in its tags), built
+here as `sprint.format.prompt_format.sft_user_content` builds it without an agent prompt, since ms-swift's venv
+cannot import sprint.
 
     .venv-swift/bin/python scripts/base_accuracy.py OUT/base-model OUT/tokenizer OUT/data/test.jsonl
 """
