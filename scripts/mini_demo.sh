@@ -215,7 +215,7 @@ untimed() {  # untimed NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served, 
 measured() {  # measured NAME SCRIPT OUT_DIR VAR=VALUE...: OUT/NAME-model served, a warm-up run, then the held-out run
   # (the first TIMED problems one at a time: the seconds column; the rest, unless untimed() ran them, PROBLEM_WORKERS at a time)
   local name="$1" script="$2" dir="$3"; shift 3
-  if complete "$dir"; then echo "reusing $dir"; return 0; fi
+  if complete "$dir"; then echo "$dir: every held-out problem answered already (REUSE=1, or TIMED=0)"; return 0; fi
   serve "$name"
   rm -rf "$dir-warmup"
   env "${COMMON[@]}" "$@" MAX_PROBLEM_WORKERS=1 TEST_DATA="$OUT/warmup-data/test.jsonl" OUT_DIR="$dir-warmup" \
