@@ -4,9 +4,9 @@
 2,000 training traces, 50 held out, SPRINT only (RFT=0), the stream schedule, straight from the random init
 (BASE_STEPS=0) and the packed main rows only (EXECUTOR_ROWS=none: in the demo's executor-view rows 8 of every 9
 rows are single executions, so a step this short would see few plans), and no problem timed alone (TIMED=0: the
-seconds are not asserted, and the warm-up and one-at-a-time runs cost about 15 s). Every stage runs for real: the generator,
-the stand-in teacher over HTTP, stages 1-2, pack, the project's tokenizer, `swift sft`, vLLM, `orchestrate`,
-`evaluate`, `view`, `mini-summary`. What is asserted is the planning the model learned, read against each held-out
+seconds are not asserted, and the warm-up and one-at-a-time runs cost about 15 s). Every stage runs for real: the
+generator, the stand-in teacher over HTTP, stages 1-2, pack, the project's tokenizer, `swift sft`, vLLM,
+`orchestrate`, `evaluate`, `view`, `mini-summary`. What is asserted is the planning the model learned, read against each held-out
 problem's ideal packing (`sprint.mini.fidelity`):
 
 - the structure varies with the problem: >= 3 distinct numbers of phases with prompts and of largest widths, no one
