@@ -6,8 +6,8 @@
 rows are single executions, so a step this short would see few plans), and no problem timed alone (TIMED=0: the
 seconds are not asserted, and the warm-up and one-at-a-time runs cost about 15 s). Every stage runs for real: the
 generator, the stand-in teacher over HTTP, stages 1-2, pack, the project's tokenizer, `swift sft`, vLLM,
-`orchestrate`, `evaluate`, `view`, `mini-summary`. What is asserted is the planning the model learned, read against each held-out
-problem's ideal packing (`sprint.mini.fidelity`):
+`orchestrate`, `evaluate`, `view`, `mini-summary`. What is asserted is the planning the model learned, read against
+each held-out problem's ideal packing (`sprint.mini.fidelity`):
 
 - the structure varies with the problem: >= 3 distinct numbers of phases with prompts and of largest widths, no one
   shape on more than 40 % of the problems, and mean phases rising with the problem's depth;
